@@ -1,0 +1,5 @@
+import sys
+
+from rafka.cli import main
+
+sys.exit(main())

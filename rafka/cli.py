@@ -1,0 +1,51 @@
+"""The `rafka` command: serve | gateway | shard."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rafka import logs
+from rafka.config import add_arguments, from_args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rafka", description="A Kafka-compatible consumer-group broker.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a gateway and N shards on this machine")
+    add_arguments(serve)
+    gw = sub.add_parser("gateway", help="run one gateway process")
+    add_arguments(gw)
+    gw.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    shard = sub.add_parser("shard", help="run one shard process")
+    add_arguments(shard)
+    shard.add_argument("--id", type=int, required=True, help="the shard's index")
+    shard.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    cfg = from_args(ns)
+    if ns.command == "serve":
+        logs.setup("rafka-serve", cfg.log_level)
+        from rafka.supervisor import main as serve_main
+
+        return serve_main(cfg)
+    if ns.command == "gateway":
+        logs.setup("rafka-gateway", cfg.log_level)
+        from rafka.gateway.main import main as gateway_main
+
+        gateway_main(cfg, standalone_metrics=not ns.supervised)
+        return 0
+    if ns.command == "shard":
+        logs.setup(f"rafka-shard-{ns.id}", cfg.log_level)
+        from rafka.shard.main import main as shard_main
+
+        shard_main(cfg, ns.id, standalone_metrics=not ns.supervised)
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

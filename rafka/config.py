@@ -1,0 +1,116 @@
+"""Configuration: one dataclass, filled from flags, ``RAFKA_<NAME>`` variables and defaults.
+
+Precedence is flag > environment > default. Every option of every process lives
+here so `rafka serve`, `rafka gateway` and `rafka shard` agree on names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+
+@dataclasses.dataclass
+class Config:
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    node_id: int = 0
+    shards: int = os.cpu_count() or 1
+    data_dir: str = "./rafka-data"
+    in_memory: bool = False
+    fsync: str = "batch"
+    metrics_port: int = 9464
+    coordinator_partitions: int = 64
+    shard_endpoints: str | None = None  # comma-separated; default ipc:// under the run dir
+    max_request_bytes: int = 100 * 1024 * 1024
+    max_inflight_per_connection: int = 1024
+    reuse_port: bool = False
+    log_level: str = "INFO"
+    # groups
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 0
+    group_max_size: int = 2**31 - 1
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_minutes: int = 7 * 24 * 60
+    # topics
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+
+    def endpoints(self) -> list[str]:
+        """The ZeroMQ endpoint of every shard, in shard order."""
+        if self.shard_endpoints:
+            return [e.strip() for e in self.shard_endpoints.split(",") if e.strip()]
+        run = self.run_dir()
+        return [f"ipc://{run}/shard-{k}.sock" for k in range(self.shards)]
+
+    def run_dir(self) -> Path:
+        """Where ipc sockets live (a short path: ipc paths are limited to ~100 bytes)."""
+        path = Path(self.data_dir).resolve() / "run"
+        if len(str(path)) > 80:
+            import hashlib
+            import tempfile
+
+            digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+            path = Path(tempfile.gettempdir()) / f"rafka-{digest}"
+        return path
+
+
+_BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+def _env(name: str, default: Any, kind: Any) -> Any:
+    raw = os.environ.get(f"RAFKA_{name.upper()}")
+    if raw is None:
+        return default
+    if kind is bool:
+        return _BOOL.get(raw.strip().lower(), bool(raw))
+    if kind is int:
+        return int(raw)
+    return raw
+
+
+def add_arguments(parser: argparse.ArgumentParser, only: set[str] | None = None) -> None:
+    """Add a ``--flag`` for every config field (or those in ``only``)."""
+    hints = {f.name: f for f in dataclasses.fields(Config)}
+    for name, f in hints.items():
+        if only is not None and name not in only:
+            continue
+        default = f.default
+        kind = type(default) if default is not None else str
+        if name in ("advertised_port",):
+            kind = int
+        flag = "--" + name.replace("_", "-")
+        env_default = _env(name, default, kind)
+        if kind is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=env_default,
+                                help=f"(env RAFKA_{name.upper()}, default {default})")
+        else:
+            parser.add_argument(flag, dest=name, type=kind, default=env_default,
+                                help=f"(env RAFKA_{name.upper()}, default {default})")
+
+
+def from_args(ns: argparse.Namespace) -> Config:
+    """A Config from parsed arguments (unknown attributes ignored)."""
+    names = {f.name for f in dataclasses.fields(Config)}
+    return Config(**{k: v for k, v in vars(ns).items() if k in names})
+
+
+def to_argv(cfg: Config) -> list[str]:
+    """Flags that reproduce ``cfg`` for a child process."""
+    argv: list[str] = []
+    for f in dataclasses.fields(Config):
+        value = getattr(cfg, f.name)
+        if value is None:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + f.name.replace("_", "-"))
+        else:
+            argv += [flag, str(value)]
+    return argv

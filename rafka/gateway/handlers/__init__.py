@@ -1,0 +1,3 @@
+"""Gateway handlers, one module per area; importing this package registers them all."""
+
+from rafka.gateway.handlers import groups, kafka, topics  # noqa: F401

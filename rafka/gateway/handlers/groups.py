@@ -1,0 +1,154 @@
+"""Consumer-group APIs: routed to the shard that owns (org_id, group_id).
+
+Version notes:
+- JoinGroup 0–9 (v4+ MEMBER_ID_REQUIRED, v5 group_instance_id), SyncGroup 0–5
+  (v5 protocol type/name), Heartbeat 0–4, LeaveGroup 0–5 (v3+ batch of members;
+  v0–2 carry one member_id and answer with a single error code).
+- OffsetCommit 2–9, OffsetFetch 1–9 (v8+ several groups per request; older
+  versions one group with a top-level error from v2), OffsetDelete 0.
+- DescribeGroups 0–6, ListGroups 0–5 (v4 states filter, v5 types filter) and
+  DeleteGroups 0–2 fan out to the owning shards and merge the answers.
+A call to a shard that is down or loading answers NOT_COORDINATOR or
+COORDINATOR_LOAD_IN_PROGRESS so clients look the coordinator up again and retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rafka.gateway.api import RequestContext, api
+from rafka.gateway.handlers.errors import Err, coordinator_error
+from rafka.rail import Op
+
+
+async def _call_group(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    router = ctx.gateway.router
+    payload["api_version"] = ctx.api_version
+    shard = router.shard_for_group(ctx.org_id, group_id)
+    return await router.call(shard, op, ctx.org_id, payload, ctx.trace)  # type: ignore[no-any-return]
+
+
+async def _call_or_error(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
+    try:
+        return await _call_group(ctx, op, group_id, payload), 0
+    except Exception as exc:
+        return None, coordinator_error(exc)
+
+
+@api(11, 0, 9, "group.join")
+async def join_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    req["client_id"] = ctx.client_id or ""
+    req["client_host"] = ctx.client_host
+    if req.get("rebalance_timeout") is None:
+        req["rebalance_timeout"] = req["session_timeout"]  # v0: the session timeout bounds the rebalance
+    resp, err = await _call_or_error(ctx, Op.JOIN_GROUP, req["group_id"], req)
+    if resp is None:
+        return {"error_code": err, "generation_id": -1, "member_id": req.get("member_id", ""), "leader": "",
+                "protocol_name": None, "members": []}
+    return resp
+
+
+@api(14, 0, 5, "group.sync")
+async def sync_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    resp, err = await _call_or_error(ctx, Op.SYNC_GROUP, req["group_id"], req)
+    return resp if resp is not None else {"error_code": err, "assignment": b""}
+
+
+@api(12, 0, 4, "group.heartbeat")
+async def heartbeat(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    resp, err = await _call_or_error(ctx, Op.HEARTBEAT, req["group_id"], req)
+    return resp if resp is not None else {"error_code": err}
+
+
+@api(13, 0, 5, "group.leave")
+async def leave_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    if ctx.api_version < 3:
+        req["members"] = [{"member_id": req.pop("member_id", ""), "group_instance_id": None, "reason": None}]
+    resp, err = await _call_or_error(ctx, Op.LEAVE_GROUP, req["group_id"], req)
+    if resp is None:
+        return {"error_code": err, "members": []}
+    if ctx.api_version < 3 and not resp.get("error_code") and resp.get("members"):
+        resp["error_code"] = resp["members"][0].get("error_code", 0)
+    return resp
+
+
+@api(8, 2, 9, "group.offset-commit")
+async def offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    resp, err = await _call_or_error(ctx, Op.OFFSET_COMMIT, req["group_id"], req)
+    if resp is not None:
+        return resp
+    return {"topics": [{"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": err}
+                                                          for p in t["partitions"]]} for t in req["topics"]]}
+
+
+async def _fetch_one_group(ctx: RequestContext, group: dict[str, Any], require_stable: bool) -> dict[str, Any]:
+    payload = {"group_id": group["group_id"], "topics": group.get("topics"), "require_stable": require_stable,
+               "member_id": group.get("member_id"), "member_epoch": group.get("member_epoch", -1)}
+    resp, err = await _call_or_error(ctx, Op.OFFSET_FETCH, group["group_id"], payload)
+    if resp is None:
+        return {"group_id": group["group_id"], "error_code": err, "topics": []}
+    return resp
+
+
+@api(9, 1, 9, "group.offset-fetch")
+async def offset_fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    require_stable = bool(req.get("require_stable", False))
+    if ctx.api_version >= 8:
+        groups = await asyncio.gather(*(_fetch_one_group(ctx, g, require_stable) for g in req["groups"]))
+        return {"throttle_time": 0, "groups": list(groups)}
+    one = await _fetch_one_group(ctx, {"group_id": req["group_id"], "topics": req.get("topics")}, require_stable)
+    return {"throttle_time": 0, "topics": one.get("topics", []), "error_code": one.get("error_code", 0)}
+
+
+@api(47, 0, 0, "group.offset-delete")
+async def offset_delete(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    resp, err = await _call_or_error(ctx, Op.OFFSET_DELETE, req["group_id"], req)
+    return resp if resp is not None else {"error_code": err, "topics": []}
+
+
+@api(15, 0, 6, "group.describe")
+async def describe_groups(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    async def one(group_id: str) -> dict[str, Any]:
+        resp, err = await _call_or_error(ctx, Op.DESCRIBE_GROUP, group_id, {"group_id": group_id})
+        if resp is None:
+            return {"error_code": err, "group_id": group_id, "group_state": "", "protocol_type": "",
+                    "protocol_data": "", "members": [], "authorized_operations": -2147483648}
+        return resp
+
+    groups = await asyncio.gather(*(one(g) for g in req["groups"]))
+    return {"throttle_time": 0, "groups": list(groups)}
+
+
+@api(16, 0, 5, "group.list")
+async def list_groups(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    router = ctx.gateway.router
+    payload = {"states_filter": req.get("states_filter") or [], "types_filter": req.get("types_filter") or [],
+               "api_version": ctx.api_version}
+    calls = [router.call(s, Op.LIST_GROUPS, ctx.org_id, payload, ctx.trace) for s in range(router.shard_count)]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    groups: list[dict[str, Any]] = []
+    error = 0
+    for r in results:
+        if isinstance(r, BaseException):
+            error = coordinator_error(r)
+            continue
+        groups.extend(r.get("groups", []))
+    if error:
+        # Kafka fails the whole request when a coordinator is not available
+        return {"error_code": error, "groups": []}
+    groups.sort(key=lambda g: g["group_id"])
+    return {"throttle_time": 0, "error_code": 0, "groups": groups}
+
+
+@api(42, 0, 2, "group.delete")
+async def delete_groups(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    async def one(group_id: str) -> dict[str, Any]:
+        resp, err = await _call_or_error(ctx, Op.DELETE_GROUP, group_id, {"group_id": group_id})
+        return resp if resp is not None else {"group_id": group_id, "error_code": err}
+
+    results = await asyncio.gather(*(one(g) for g in req["groups_names"]))
+    return {"throttle_time": 0, "results": list(results)}
+
+
+__all__ = ["Err"]

@@ -1,0 +1,215 @@
+"""Routing ops from a gateway to the shards that own them.
+
+How this works: ``ShardRouter`` keeps one ZeroMQ DEALER socket per shard. ``call``
+queues an envelope for the owning shard and returns a future; all envelopes queued
+for a shard during one loop tick go out as one ZeroMQ message (see ``rafka.rail``).
+A reader task per socket resolves futures by request id. There is no per-request
+time cap — a JoinGroup is rightly parked until its rebalance completes — so
+liveness is separate: the router pings every shard; a shard that misses pings for
+``dead_after`` seconds is marked down, its pending calls fail with
+``ShardUnavailable`` and new calls fail at once until it answers again. A pong
+with a new incarnation id means the shard restarted: calls sent before that ping
+were lost with the old process and fail too. Callers map ``ShardUnavailable`` to
+a retriable Kafka error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from typing import Any
+
+import zmq
+
+from rafka import ids
+from rafka.rail import Op, SocketPump, Status, pack, unpack
+
+log = logging.getLogger("rafka.gateway.router")
+
+
+class ShardUnavailable(Exception):
+    """The owning shard is down, restarting or unreachable."""
+
+
+class ShardLoading(ShardUnavailable):
+    """The owning shard is replaying its log."""
+
+
+class _Shard:
+    __slots__ = ("index", "endpoint", "sock", "pending", "outbox", "alive", "incarnation",
+                 "last_seen", "ping_sent", "pump")
+
+    def __init__(self, index: int, endpoint: str, sock: zmq.Socket) -> None:
+        self.index = index
+        self.endpoint = endpoint
+        self.sock = sock
+        self.pending: dict[int, tuple[asyncio.Future[Any], float]] = {}
+        self.outbox: list[list[Any]] = []
+        self.alive = False
+        self.incarnation: str | None = None
+        self.last_seen = 0.0
+        self.ping_sent: dict[int, float] = {}
+        self.pump: SocketPump | None = None
+
+
+class ShardRouter:
+    """Sends ops to shards and matches replies to requests."""
+
+    def __init__(self, endpoints: list[str], *, partitions: int = ids.DEFAULT_COORDINATOR_PARTITIONS,
+                 ping_interval: float = 0.5, dead_after: float = 2.0) -> None:
+        self.partitions = partitions
+        self.ping_interval = ping_interval
+        self.dead_after = dead_after
+        self._ctx = zmq.Context.instance()
+        self._ids = itertools.count(1)
+        self._flush_scheduled = False
+        self._shards: list[_Shard] = []
+        for i, ep in enumerate(endpoints):
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.setsockopt(zmq.RCVHWM, 0)
+            sock.connect(ep)
+            self._shards.append(_Shard(i, ep, sock))
+        self._pinger: asyncio.Task[None] | None = None
+
+    @property
+    def shard_count(self) -> int:
+        return len(self._shards)
+
+    def shard_for_group(self, org_id: str, group_id: str) -> int:
+        """The shard owning group (or transactional id) ``group_id`` of ``org_id``."""
+        p = ids.coordinator_partition(org_id, group_id, self.partitions)
+        return ids.shard_for_partition(p, len(self._shards))
+
+    def shard_for_partition(self, org_id: str, topic: str, partition: int) -> int:
+        """The shard owning the log of ``topic``/``partition``."""
+        p = ids.log_partition(org_id, topic, partition, self.partitions)
+        return ids.shard_for_partition(p, len(self._shards))
+
+    def shard_for_catalog(self, org_id: str) -> int:
+        """The shard owning ``org_id``'s topic catalogue."""
+        return self.shard_for_group(org_id, "\0topics")
+
+    def is_alive(self, shard: int) -> bool:
+        return self._shards[shard].alive
+
+    async def start(self, wait_ready: float = 0.0) -> None:
+        """Start readers and pings; optionally wait up to ``wait_ready`` s for all shards."""
+        loop = asyncio.get_running_loop()
+        for s in self._shards:
+            s.pump = SocketPump(loop, s.sock, lambda frames, s=s: self._on_reply(s, frames[-1]), lambda: None)
+        self._pinger = asyncio.create_task(self._ping_loop())
+        deadline = time.monotonic() + wait_ready
+        while time.monotonic() < deadline and not all(s.alive for s in self._shards):
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        if self._pinger:
+            self._pinger.cancel()
+            await asyncio.gather(self._pinger, return_exceptions=True)
+        for s in self._shards:
+            if s.pump:
+                s.pump.close()
+            self._fail_pending(s, ShardUnavailable("gateway closing"))
+            s.sock.close(0)
+
+    def call(self, shard: int, op: Op, org_id: str, payload: Any, trace: str | None = None) -> asyncio.Future[Any]:
+        """Send ``op`` to ``shard``; the future gets the reply payload or ShardUnavailable."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        s = self._shards[shard]
+        if not s.alive:
+            fut.set_exception(ShardUnavailable(f"shard {shard} is down"))
+            return fut
+        rid = next(self._ids)
+        s.pending[rid] = (fut, time.monotonic())
+        s.outbox.append([rid, int(op), org_id, trace, payload])
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        for s in self._shards:
+            if s.outbox:
+                batch, s.outbox = s.outbox, []
+                try:
+                    s.sock.send(pack(batch), zmq.NOBLOCK, copy=False)
+                    if s.pump:
+                        s.pump.poke()
+                except zmq.ZMQError as exc:
+                    log.warning("send to shard %d failed: %s", s.index, exc)
+                    for env in batch:
+                        entry = s.pending.pop(env[0], None)
+                        if entry and not entry[0].done():
+                            entry[0].set_exception(ShardUnavailable(str(exc)))
+
+    def _on_reply(self, s: _Shard, data: bytes) -> None:
+        try:
+            batch = unpack(data)
+        except ValueError as exc:
+            log.error("shard %d sent garbage: %s", s.index, exc)
+            return
+        s.last_seen = time.monotonic()
+        for rid, status, payload in batch:
+            if rid < 0:
+                self._on_pong(s, -rid, payload)
+                continue
+            entry = s.pending.pop(rid, None)
+            if entry is None or entry[0].done():
+                continue
+            fut = entry[0]
+            if status == Status.OK:
+                fut.set_result(payload)
+            elif status == Status.LOADING:
+                fut.set_exception(ShardLoading(f"shard {s.index} is loading"))
+            else:
+                fut.set_exception(ShardUnavailable(f"shard {s.index} failed the op: {payload}"))
+
+    def _on_pong(self, s: _Shard, ping_id: int, payload: Any) -> None:
+        sent_at = s.ping_sent.pop(ping_id, None)
+        incarnation = payload.get("incarnation") if isinstance(payload, dict) else None
+        if s.incarnation is not None and incarnation != s.incarnation and sent_at is not None:
+            lost = [rid for rid, (_f, t) in s.pending.items() if t < sent_at]
+            if lost:
+                log.warning("shard %d restarted; failing %d requests sent to the old process", s.index, len(lost))
+            for rid in lost:
+                fut = s.pending.pop(rid)[0]
+                if not fut.done():
+                    fut.set_exception(ShardUnavailable(f"shard {s.index} restarted"))
+        if not s.alive:
+            log.info("shard %d at %s is up (incarnation %s)", s.index, s.endpoint, incarnation)
+        s.incarnation = incarnation
+        s.alive = True
+
+    def _fail_pending(self, s: _Shard, exc: Exception) -> None:
+        pending, s.pending = s.pending, {}
+        for fut, _t in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+
+    async def _ping_loop(self) -> None:
+        ping_ids = itertools.count(1)
+        while True:
+            now = time.monotonic()
+            for s in self._shards:
+                if s.alive and now - s.last_seen > self.dead_after and s.ping_sent:
+                    log.error("shard %d at %s missed pings for %.1fs: marking it down", s.index, s.endpoint, self.dead_after)
+                    s.alive = False
+                    self._fail_pending(s, ShardUnavailable(f"shard {s.index} is down"))
+                pid = next(ping_ids)
+                # keep only recent pings so the map stays small while a shard is down
+                if len(s.ping_sent) > 16:
+                    s.ping_sent.pop(next(iter(s.ping_sent)))
+                s.ping_sent[pid] = now
+                try:
+                    s.sock.send(pack([[-pid, int(Op.PING), "", None, None]]), zmq.NOBLOCK)
+                    if s.pump:
+                        s.pump.poke()
+                except zmq.ZMQError:
+                    pass
+            await asyncio.sleep(self.ping_interval)

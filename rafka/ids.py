@@ -1,0 +1,41 @@
+"""Stable identifiers and routing hashes.
+
+How this works: routing must give the same answer in every process and across
+restarts, so it never uses Python's salted ``hash()``. ``stable_hash`` is the first
+8 bytes of BLAKE2b over the length-prefixed UTF-8 parts, read big-endian. A group
+maps to ``stable_hash(org_id, group_id) % partitions`` (a coordinator partition) and a
+coordinator partition to a shard by ``partition % shards``; a topic partition's log
+is owned the same way through ``stable_hash(org_id, topic, str(partition))``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+DEFAULT_ORG = "default"
+DEFAULT_COORDINATOR_PARTITIONS = 64
+
+
+def stable_hash(*parts: str) -> int:
+    """A 64-bit hash of ``parts`` that never changes between processes or versions."""
+    h = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        data = part.encode("utf-8")
+        h.update(len(data).to_bytes(4, "big"))
+        h.update(data)
+    return int.from_bytes(h.digest(), "big")
+
+
+def coordinator_partition(org_id: str, key: str, partitions: int = DEFAULT_COORDINATOR_PARTITIONS) -> int:
+    """The coordinator partition that owns group (or transactional id) ``key`` of ``org_id``."""
+    return stable_hash(org_id, key) % partitions
+
+
+def log_partition(org_id: str, topic: str, partition: int, partitions: int = DEFAULT_COORDINATOR_PARTITIONS) -> int:
+    """The coordinator partition whose shard owns the log of ``topic``/``partition``."""
+    return stable_hash(org_id, topic, str(partition)) % partitions
+
+
+def shard_for_partition(partition: int, shards: int) -> int:
+    """The static map from coordinator partition to shard."""
+    return partition % shards

@@ -1,0 +1,33 @@
+"""Event-loop selection in one place: uvloop in every process."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Coroutine
+
+
+def run(main: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``main`` on uvloop."""
+    import uvloop
+
+    return uvloop.run(main)
+
+
+def set_process_name(name: str) -> None:
+    """Name this process in ``ps``/``top`` (e.g. ``rafka-shard-3``)."""
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(name)
+    except ImportError:  # pragma: no cover - declared dependency
+        pass
+    try:  # the kernel's comm name, shown by `ps -e` and top
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)
+    except Exception:
+        pass
+
+
+__all__ = ["asyncio", "run", "set_process_name"]

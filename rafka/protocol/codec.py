@@ -1,0 +1,267 @@
+"""Kafka message codec: kio entities at the edge, version-independent dicts inside.
+
+How this works: kio (generated from Kafka's JSON schemas) gives one frozen
+dataclass per API *version* and native readers/writers. rafka handlers never see
+versions: ``to_op`` turns any version's request entity into a plain dict keyed by
+kio's field names (timedeltas as int milliseconds, error codes as ints, nested
+entities as dicts), and ``from_op`` builds the response entity of the version the
+client asked for from a dict that may hold more fields than that version has
+(extra keys are dropped, missing ones take the field default or a zero value).
+Readers, writers and per-class converters are cached on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import io
+import struct
+import typing
+import uuid
+from functools import lru_cache
+from typing import Any, Callable
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+_HDR = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+class DecodeError(Exception):
+    """A frame could not be decoded."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """The parts of a request header rafka uses."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf):
+            raise DecodeError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 35:
+            raise DecodeError("varint too long")
+
+
+def read_request_header(frame: bytes, flexible: bool) -> RequestHeader:
+    """Parse a request header (v1, or v2 with tagged fields when ``flexible``)."""
+    if len(frame) < 10:
+        raise DecodeError("request shorter than its header")
+    api_key, api_version, correlation_id = _HDR.unpack_from(frame, 0)
+    (n,) = _I16.unpack_from(frame, 8)
+    pos = 10
+    client_id = None
+    if n >= 0:
+        if pos + n > len(frame):
+            raise DecodeError("truncated client_id")
+        client_id = frame[pos : pos + n].decode("utf-8", "replace")
+        pos += n
+    if flexible:
+        count, pos = _read_uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = _read_uvarint(frame, pos)
+            size, pos = _read_uvarint(frame, pos)
+            pos += size
+        if pos > len(frame):
+            raise DecodeError("truncated tagged fields")
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def peek_key_version_correlation(frame: bytes) -> tuple[int, int, int]:
+    """The api key, version and correlation id of a frame (DecodeError if too short)."""
+    if len(frame) < 8:
+        raise DecodeError("request shorter than its header")
+    return _HDR.unpack_from(frame, 0)
+
+
+@lru_cache(maxsize=None)
+def request_class(api_key: int, version: int) -> type | None:
+    """kio's request class for ``api_key``/``version``, or None if Kafka defines none."""
+    try:
+        return load_request_schema(api_key, version)
+    except Exception:
+        return None
+
+
+@lru_cache(maxsize=None)
+def response_class(api_key: int, version: int) -> type:
+    """kio's response class for ``api_key``/``version``."""
+    return load_response_schema(api_key, version)
+
+
+@lru_cache(maxsize=None)
+def _reader(cls: type) -> Callable[..., Any]:
+    return entity_reader(cls)
+
+
+@lru_cache(maxsize=None)
+def _writer(cls: type) -> Callable[..., Any]:
+    return entity_writer(cls)
+
+
+def decode_request(cls: type, frame: bytes, offset: int) -> Any:
+    """Decode the body of a request of class ``cls`` starting at ``offset``."""
+    try:
+        entity, _size = _reader(cls)(memoryview(frame), offset)
+    except Exception as exc:  # kio raises several types on malformed input
+        raise DecodeError(f"{cls.__name__}: {exc}") from exc
+    return entity
+
+
+def encode_response(cls: type, correlation_id: int, entity: Any) -> bytes:
+    """Encode ``entity`` with its response header, size-prefixed, ready to write."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    out.write(_I32.pack(correlation_id))
+    if cls.__header_schema__.__flexible__:
+        out.write(b"\0")  # no tagged fields in the response header
+    _writer(cls)(out, entity)
+    data = out.getbuffer()
+    _I32.pack_into(data, 0, len(data) - 4)
+    return bytes(data)
+
+
+# --------------------------------------------------------------------------
+# entity <-> dict conversion
+
+
+def _is_optional(tp: Any) -> bool:
+    return type(None) in typing.get_args(tp)
+
+
+def _strip_optional(tp: Any) -> Any:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType")) and len(args) == 1:
+        return args[0]
+    return tp
+
+
+def _elem_entity(tp: Any) -> type | None:
+    """The entity class of a ``tuple[Entity, ...]`` field, else None."""
+    tp = _strip_optional(tp)
+    if typing.get_origin(tp) is tuple:
+        (elem, *_rest) = typing.get_args(tp)
+        if dataclasses.is_dataclass(elem):
+            return elem  # type: ignore[return-value]
+    return None
+
+
+def _base(tp: Any) -> Any:
+    tp = _strip_optional(tp)
+    # kio primitives and phantoms are NewType-like subclasses of int/str
+    for root in (bool, datetime.timedelta, enum.Enum, uuid.UUID, int, str, bytes, float):
+        try:
+            if isinstance(tp, type) and issubclass(tp, root):
+                return root
+        except TypeError:
+            pass
+    return tp
+
+
+@lru_cache(maxsize=None)
+def _to_op_plan(cls: type) -> tuple[tuple[str, Any], ...]:
+    hints = typing.get_type_hints(cls)
+    plan = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        plan.append((f.name, _elem_entity(tp) or _base(tp)))
+    return tuple(plan)
+
+
+def to_op(entity: Any) -> dict[str, Any]:
+    """A kio entity as a plain dict (timedeltas → ms, enums → int, nested → dicts)."""
+    out: dict[str, Any] = {}
+    for name, kind in _to_op_plan(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            out[name] = None
+        elif dataclasses.is_dataclass(kind):
+            out[name] = [to_op(v) for v in value]
+        elif kind is datetime.timedelta:
+            out[name] = int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
+        elif kind is enum.Enum:
+            out[name] = int(value.value)
+        elif isinstance(value, tuple):
+            out[name] = list(value)
+        elif kind is bytes:
+            out[name] = bytes(value)
+        else:
+            out[name] = value
+    return out
+
+
+def _zero(tp: Any) -> Any:
+    if _is_optional(tp):
+        return None
+    base = _base(tp)
+    if typing.get_origin(_strip_optional(tp)) is tuple:
+        return ()
+    return {
+        bool: False,
+        int: 0,
+        str: "",
+        bytes: b"",
+        float: 0.0,
+        datetime.timedelta: datetime.timedelta(0),
+        enum.Enum: ErrorCode.none,
+        uuid.UUID: uuid.UUID(int=0),
+    }.get(base)
+
+
+@lru_cache(maxsize=None)
+def _from_op_plan(cls: type) -> tuple[tuple[str, Any, Any, Any, bool], ...]:
+    hints = typing.get_type_hints(cls)
+    plan = []
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = _zero(tp)
+        elem = _elem_entity(tp)
+        plan.append((f.name, elem, _base(tp), default, _is_optional(tp)))
+    return tuple(plan)
+
+
+def from_op(cls: type, data: dict[str, Any]) -> Any:
+    """Build entity ``cls`` from ``data``, ignoring keys the class lacks."""
+    kwargs: dict[str, Any] = {}
+    for name, elem, base, default, optional in _from_op_plan(cls):
+        value = data.get(name, default)
+        if value is None:
+            kwargs[name] = None if optional else default
+        elif value is default:
+            kwargs[name] = value
+        elif elem is not None:
+            kwargs[name] = tuple(from_op(elem, v) for v in value)
+        elif base is datetime.timedelta:
+            kwargs[name] = value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=value)
+        elif base is enum.Enum:
+            kwargs[name] = value if isinstance(value, ErrorCode) else ErrorCode(value)
+        elif base is uuid.UUID and not isinstance(value, uuid.UUID):
+            kwargs[name] = uuid.UUID(bytes=value) if isinstance(value, bytes) else uuid.UUID(str(value))
+        elif isinstance(value, list):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)

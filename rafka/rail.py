@@ -1,0 +1,126 @@
+"""The gateway↔shard rail: msgpack envelopes over ZeroMQ.
+
+How this works: a gateway holds one DEALER socket per shard; a shard binds one
+ROUTER socket. To keep per-message overhead low, every ZeroMQ message carries a
+*batch*: a msgpack list of envelopes collected during one event-loop tick.
+
+request envelope: ``[request_id, op, org_id, trace_context, payload]``
+reply envelope:   ``[request_id, status, payload]``
+
+``op`` is an ``Op`` code, ``trace_context`` a W3C ``traceparent`` string or None,
+``payload`` a version-independent op dict. ``status`` is ``OK``, ``LOADING`` (the
+shard is replaying its log) or ``FAILED`` (payload is an error message). PING
+replies carry the shard's incarnation id so a gateway can tell that a shard
+restarted and that requests sent to the old process are lost.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+
+
+class Op(IntEnum):
+    """Operations a shard serves. Never renumber."""
+
+    PING = 0
+    JOIN_GROUP = 1
+    SYNC_GROUP = 2
+    HEARTBEAT = 3
+    LEAVE_GROUP = 4
+    OFFSET_COMMIT = 5
+    OFFSET_FETCH = 6
+    OFFSET_DELETE = 7
+    DESCRIBE_GROUP = 8
+    LIST_GROUPS = 9
+    DELETE_GROUP = 10
+    CREATE_TOPIC = 20
+    DELETE_TOPIC = 21
+    CREATE_PARTITIONS = 22
+    LIST_TOPICS = 23
+    PRODUCE = 30
+    FETCH = 31
+    FETCH_CANCEL = 32
+    LIST_OFFSETS = 33
+    DELETE_RECORDS = 34
+    INIT_PRODUCER_ID = 35
+
+
+class Status(IntEnum):
+    OK = 0
+    LOADING = 1
+    FAILED = 2
+
+
+def pack(batch: list[Any]) -> bytes:
+    """Encode a batch of envelopes."""
+    return msgpack.packb(batch, use_bin_type=True)
+
+
+def unpack(data: bytes) -> list[Any]:
+    """Decode a batch of envelopes (raises ValueError on garbage)."""
+    try:
+        batch = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise ValueError(f"bad rail message: {exc}") from exc
+    if not isinstance(batch, list):
+        raise ValueError("rail message is not a list")
+    return batch
+
+
+class SocketPump:
+    """Reads a non-blocking ZeroMQ socket from an asyncio loop without zmq.asyncio.
+
+    ZeroMQ's file descriptor is edge-triggered: it signals only when the socket's
+    event state changes, and any send or receive may consume that edge. So the pump
+    drains every queued message whenever the fd is readable and again after every
+    send (``poke``), then calls ``on_idle`` once per drained burst — the point where
+    the caller flushes its batched replies.
+    """
+
+    def __init__(self, loop: Any, sock: Any, on_message: Any, on_idle: Any, max_burst: int = 1024) -> None:
+        import zmq
+
+        self._zmq = zmq
+        self._loop = loop
+        self._sock = sock
+        self._on_message = on_message
+        self._on_idle = on_idle
+        self._max_burst = max_burst
+        self._poked = False
+        self._fd = sock.getsockopt(zmq.FD)
+        loop.add_reader(self._fd, self._drain)
+
+    def poke(self) -> None:
+        """Re-check the socket soon (call after a send)."""
+        if not self._poked:
+            self._poked = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._poked = False
+        zmq = self._zmq
+        n = 0
+        try:
+            while self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                try:
+                    frames = self._sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._on_message(frames)
+                n += 1
+                if n >= self._max_burst:
+                    self.poke()  # let other callbacks run, then continue
+                    break
+        except zmq.ZMQError:
+            return  # socket closed
+        if n:
+            self._on_idle()
+
+    def close(self) -> None:
+        try:
+            self._loop.remove_reader(self._fd)
+        except Exception:
+            pass

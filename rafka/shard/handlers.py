@@ -1,0 +1,102 @@
+"""A shard's state and its op table.
+
+How this works: ``ShardState`` holds the pure managers of one shard — the group
+coordinator (groups and committed offsets), the topic catalogue and the partition
+logs — and maps each rail ``Op`` to one handler. Every handler has the shape
+``(org_id, payload, now_ms, respond) -> list[Record]``; ``append`` is the single
+place records go: to the write-ahead log (when there is one) and through
+``replay`` into the manager that owns their type. The runtime owns I/O; nothing
+here touches sockets or clocks.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Protocol
+
+from rafka.rail import Op
+from rafka.shard.records import Record, RecordType
+
+log = logging.getLogger("rafka.shard")
+
+Respond = Callable[[Any], None]
+Handler = Callable[[str, Any, int, Respond], list[Record]]
+
+
+class Wal(Protocol):
+    """What the state needs of a write-ahead log."""
+
+    def append(self, records: list[Record]) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class ShardState:
+    """The managers of one shard plus the op → handler table."""
+
+    def __init__(self, shard_id: int, groups: Any, topics: Any = None, logs: Any = None, wal: Wal | None = None) -> None:
+        self.shard_id = shard_id
+        self.groups = groups
+        self.topics = topics
+        self.logs = logs
+        self.wal = wal
+        self.handlers: dict[Op, Handler] = {
+            Op.JOIN_GROUP: groups.join_group,
+            Op.SYNC_GROUP: groups.sync_group,
+            Op.HEARTBEAT: groups.heartbeat,
+            Op.LEAVE_GROUP: groups.leave_group,
+            Op.OFFSET_COMMIT: groups.offset_commit,
+            Op.OFFSET_FETCH: groups.offset_fetch,
+            Op.OFFSET_DELETE: groups.offset_delete,
+            Op.DESCRIBE_GROUP: groups.describe_group,
+            Op.LIST_GROUPS: groups.list_groups,
+            Op.DELETE_GROUP: groups.delete_group,
+        }
+        self._replayers: dict[int, Callable[[Record], None]] = {
+            RecordType.OFFSET_COMMIT: groups.replay,
+            RecordType.GROUP_METADATA: groups.replay,
+        }
+
+    def register(self, op: Op, handler: Handler) -> None:
+        """Add a handler (each op once)."""
+        if op in self.handlers:
+            raise ValueError(f"op {op!r} registered twice")
+        self.handlers[op] = handler
+
+    def register_replay(self, rtype: RecordType, replay: Callable[[Record], None]) -> None:
+        self._replayers[rtype] = replay
+
+    def dispatch(self, op: Op, org_id: str, payload: Any, now_ms: int, respond: Respond, trace: str | None) -> None:
+        handler = self.handlers.get(op)
+        if handler is None:
+            raise ValueError(f"shard has no handler for op {op!r}")
+        self.append(handler(org_id, payload, now_ms, respond))
+
+    def append(self, records: list[Record]) -> None:
+        """Log ``records`` and replay them: the only path by which state changes."""
+        if not records:
+            return
+        if self.wal is not None:
+            self.wal.append(records)
+        for record in records:
+            self.replay(record)
+
+    def replay(self, record: Record) -> None:
+        replayer = self._replayers.get(record.type)
+        if replayer is None:
+            log.error("no replayer for record type %s; skipped", record.type)
+            return
+        replayer(record)
+
+    def start(self, now_ms: int) -> None:
+        on_loaded = getattr(self.groups, "on_loaded", None)
+        if on_loaded is not None:
+            on_loaded(now_ms)
+
+    def flush(self) -> None:
+        if self.wal is not None:
+            self.wal.flush()
+
+    def close(self) -> None:
+        if self.wal is not None:
+            self.wal.close()

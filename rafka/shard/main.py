@@ -1,0 +1,37 @@
+"""`rafka shard --id K`: one shard process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from rafka import loops, telemetry
+from rafka.config import Config
+from rafka.shard.runtime import ShardRuntime
+from rafka.shard.state import build_state
+
+log = logging.getLogger("rafka.shard")
+
+
+async def serve(cfg: Config, shard_id: int) -> None:
+    """Run shard ``shard_id`` until SIGTERM/SIGINT."""
+    endpoint = cfg.endpoints()[shard_id]
+    runtime = ShardRuntime(shard_id, endpoint, lambda rt: build_state(cfg, shard_id, rt))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, runtime.stop)
+    await runtime.serve()
+    telemetry.shutdown_tracing()
+    log.info("shard %d stopped", shard_id)
+
+
+def main(cfg: Config, shard_id: int, standalone_metrics: bool) -> None:
+    loops.set_process_name(f"rafka-shard-{shard_id}")
+    if cfg.shard_endpoints is None:
+        cfg.run_dir().mkdir(parents=True, exist_ok=True)
+    if standalone_metrics and cfg.metrics_port:
+        from rafka.metrics_http import serve_metrics
+
+        serve_metrics(cfg.metrics_port + 1 + shard_id, cfg.host)
+    loops.run(serve(cfg, shard_id))

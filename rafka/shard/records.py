@@ -1,0 +1,35 @@
+"""State-change records: the only way shard state changes.
+
+How this works: a pure handler returns a list of ``Record``; the shard runtime
+appends them to the write-ahead log and then calls ``replay(record)`` on the owning
+manager. Recovery after a restart calls the same ``replay`` over the log, so the
+live path and the recovery path are one. A record has an explicit type id, a key
+and a value; ``value=None`` is a tombstone. Keys and values are plain msgpack-able
+data (tuples/lists, dicts, str, int, bytes) so the WAL can store them as is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+
+class RecordType(IntEnum):
+    """Type ids of every record kind. Never renumber: ids are stored on disk."""
+
+    OFFSET_COMMIT = 1  # key (org, group, topic, partition); value dict | None
+    GROUP_METADATA = 2  # key (org, group); value dict | None
+    TOPIC = 10  # key (org, topic); value dict | None
+    PARTITION_BATCH = 11  # key (org, topic, partition); value dict
+    PARTITION_TRUNCATE = 12  # key (org, topic, partition); value dict (new log start)
+    PRODUCER_STATE = 13  # key (org, producer_id); value dict | None
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One state change: ``type`` id, ``key`` and ``value`` (``None`` = tombstone)."""
+
+    type: int
+    key: tuple[Any, ...]
+    value: Any = None

@@ -1,0 +1,188 @@
+"""The shard runtime: one event loop that owns a set of coordinator partitions.
+
+How this works: a shard binds a ZeroMQ ROUTER socket and reads batches of
+envelopes (``rafka.rail``). For each envelope it calls the pure handler for the op
+with ``(org_id, payload, now_ms, respond)``. A handler returns the records that
+express its state change and calls ``respond`` now or later (a parked JoinGroup is
+answered when its rebalance completes, possibly from a timer). ``apply`` appends
+the records to the write-ahead log and replays them into memory — recovery replays
+the same records through the same ``replay`` — and responses are held in an outbox
+that is released only after the log is flushed, once per loop tick, so many ops
+share one flush (group commit). Timers are ``loop.call_later`` callbacks that run
+on the same loop and go through ``apply`` like any handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import defaultdict
+from typing import Any, Callable
+
+import zmq
+
+from rafka.rail import Op, SocketPump, Status, pack, unpack
+from rafka.shard.handlers import ShardState
+from rafka.shard.records import Record
+
+log = logging.getLogger("rafka.shard")
+
+Respond = Callable[[Any], None]
+
+
+class LoopTimer:
+    """The ``Timer`` the group logic uses, backed by this loop's ``call_later``."""
+
+    def __init__(self, runtime: "ShardRuntime") -> None:
+        self._rt = runtime
+        self._handles: dict[str, asyncio.TimerHandle] = {}
+
+    def schedule(self, key: str, delay_ms: int, callback: Callable[[int], list[Record]]) -> None:
+        self.cancel(key)
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._handles.pop(key, None)
+            self._rt.run_timer(key, callback)
+
+        self._handles[key] = loop.call_later(max(delay_ms, 0) / 1000.0, fire)
+
+    def cancel(self, key: str) -> None:
+        handle = self._handles.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def cancel_all(self) -> None:
+        for handle in self._handles.values():
+            handle.cancel()
+        self._handles.clear()
+
+
+class ShardRuntime:
+    """Serves one shard's ops from a ZeroMQ ROUTER socket."""
+
+    def __init__(self, shard_id: int, endpoint: str, state_factory: Callable[["ShardRuntime"], ShardState]) -> None:
+        self.shard_id = shard_id
+        self.endpoint = endpoint
+        self.incarnation = uuid.uuid4().hex
+        self.timer = LoopTimer(self)
+        self.state = state_factory(self)
+        self.loading = False
+        self._outbox: dict[bytes, list[list[Any]]] = defaultdict(list)
+        self._flush_scheduled = False
+        self._ctx = zmq.Context.instance()
+        self._sock: zmq.Socket | None = None
+        self._pump: SocketPump | None = None
+        self._stopping = asyncio.Event()
+
+    @staticmethod
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+    # -- state changes ---------------------------------------------------
+    def apply(self, records: list[Record]) -> None:
+        """Append ``records`` to the log and replay them into memory."""
+        if records:
+            self.state.append(records)
+
+    def run_timer(self, key: str, callback: Callable[[int], list[Record]]) -> None:
+        try:
+            self.apply(callback(self.now_ms()))
+        except Exception:
+            log.exception("timer %s failed", key)
+        self._schedule_flush()
+
+    # -- responses -------------------------------------------------------
+    def responder(self, ident: bytes, rid: int) -> Respond:
+        """A callback that queues the reply to request ``rid`` from peer ``ident``."""
+        done = False
+
+        def respond(payload: Any) -> None:
+            nonlocal done
+            if done:
+                log.error("op %d answered twice; second answer dropped", rid)
+                return
+            done = True
+            self._outbox[ident].append([rid, int(Status.OK), payload])
+            self._schedule_flush()
+
+        return respond
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        self.state.flush()  # durable before any reply leaves
+        if not self._outbox or self._sock is None:
+            return
+        outbox, self._outbox = self._outbox, defaultdict(list)
+        for ident, batch in outbox.items():
+            try:
+                self._sock.send_multipart([ident, pack(batch)], zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                log.warning("reply to a gateway dropped: %s", exc)
+        if self._pump is not None:
+            self._pump.poke()
+
+    # -- serving ---------------------------------------------------------
+    def handle(self, ident: bytes, env: list[Any]) -> None:
+        """Run one request envelope."""
+        rid, op, org_id, trace, payload = env
+        if op == Op.PING:
+            self._outbox[ident].append([rid, int(Status.OK), {"incarnation": self.incarnation, "shard": self.shard_id}])
+            return
+        if self.loading:
+            self._outbox[ident].append([rid, int(Status.LOADING), None])
+            return
+        respond = self.responder(ident, rid)
+        try:
+            self.state.dispatch(Op(op), org_id, payload, self.now_ms(), respond, trace)
+        except Exception as exc:
+            log.exception("op %s failed", op)
+            self._outbox[ident].append([rid, int(Status.FAILED), f"{type(exc).__name__}: {exc}"])
+
+    async def serve(self) -> None:
+        """Bind and serve until ``stop()``."""
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.bind(self.endpoint)
+        self._sock = sock
+        log.info("shard %d serving on %s", self.shard_id, self.endpoint)
+        self.state.start(self.now_ms())
+        loop = asyncio.get_running_loop()
+        self._pump = SocketPump(loop, sock, self._on_frames, self._schedule_flush)
+        self._pump.poke()
+        await self._stopping.wait()
+        self._pump.close()
+        self.timer.cancel_all()
+        self._flush()
+        self.state.close()
+        sock.close(0)
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        if len(frames) != 2:
+            log.error("dropping a rail message with %d frames", len(frames))
+            return
+        self._handle_message(frames[0], frames[1])
+
+    def _handle_message(self, ident: bytes, data: bytes) -> None:
+        try:
+            batch = unpack(data)
+        except ValueError as exc:
+            log.error("dropping a bad rail message: %s", exc)
+            return
+        for env in batch:
+            if not isinstance(env, list) or len(env) != 5:
+                log.error("dropping a bad envelope")
+                continue
+            self.handle(ident, env)
+
+    def stop(self) -> None:
+        self._stopping.set()

@@ -1,0 +1,23 @@
+"""Build a shard's state (managers, WAL) from the configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rafka.config import Config
+from rafka.shard.groups import GroupConfig, GroupCoordinator
+from rafka.shard.handlers import ShardState
+
+
+def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
+    """The managers of shard ``shard_id``, wired to ``runtime``'s timer."""
+    group_cfg = GroupConfig(
+        min_session_timeout_ms=cfg.group_min_session_timeout_ms,
+        max_session_timeout_ms=cfg.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms=cfg.group_initial_rebalance_delay_ms,
+        max_size=cfg.group_max_size,
+        offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
+        offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
+    )
+    groups = GroupCoordinator(group_cfg, runtime.timer)
+    return ShardState(shard_id, groups)

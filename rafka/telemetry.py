@@ -1,0 +1,99 @@
+"""Metrics and traces, set up once per process.
+
+How this works: metrics are prometheus-client objects created lazily so each
+process registers only what it uses. Under ``rafka serve`` every child writes to a
+shared multiprocess directory (``PROMETHEUS_MULTIPROC_DIR``) and the supervisor
+serves the merged view on one port; a process started alone serves its own
+registry. Spans use OpenTelemetry; when no ``OTEL_EXPORTER_OTLP_*`` endpoint is
+configured the tracer is a no-op and the span helpers cost a function call.
+The gateway passes W3C ``traceparent`` strings to shards in the rail envelope.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from functools import lru_cache
+from typing import Any, Iterator
+
+from prometheus_client import Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class _GatewayMetrics:
+    def __init__(self) -> None:
+        self.requests = Counter("rafka_gateway_requests_total", "Requests handled by the gateway", ["api"])
+        self.errors = Counter("rafka_gateway_errors_total", "Responses with a Kafka error code, by code", ["api", "error_code"])
+        self.latency = Histogram("rafka_gateway_request_latency_seconds", "Gateway handler latency", ["api"],
+                                 buckets=LATENCY_BUCKETS)
+        self.connections = Gauge("rafka_gateway_connections", "Open client connections", multiprocess_mode="livesum")
+        self.closed_bad_input = Counter("rafka_gateway_bad_input_total", "Connections closed for bad input", ["reason"])
+
+
+@lru_cache(maxsize=None)
+def gateway_metrics() -> _GatewayMetrics:
+    return _GatewayMetrics()
+
+
+@lru_cache(maxsize=None)
+def _tracer() -> Any:
+    if not any(k.startswith("OTEL_EXPORTER_OTLP") for k in os.environ):
+        return None
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    service = os.environ.get("OTEL_SERVICE_NAME", "rafka")
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return trace.get_tracer("rafka")
+
+
+def shutdown_tracing() -> None:
+    """Flush spans before the process exits."""
+    if _tracer() is None:
+        return
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    shutdown = getattr(provider, "shutdown", None)
+    if shutdown:
+        shutdown()
+
+
+def _traceparent(span: Any) -> str:
+    ctx = span.get_span_context()
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+@contextlib.contextmanager
+def gateway_span(name: str, ctx: Any) -> Iterator[str | None]:
+    """A ``rafka.gateway.<name>`` span; yields its traceparent for the rail (None when off)."""
+    tracer = _tracer()
+    if tracer is None:
+        yield None
+        return
+    with tracer.start_as_current_span(f"rafka.gateway.{name}") as span:
+        span.set_attribute("rafka.org_id", ctx.org_id)
+        span.set_attribute("kafka.api_version", ctx.api_version)
+        yield _traceparent(span)
+
+
+@contextlib.contextmanager
+def shard_span(name: str, traceparent: str | None, **attrs: Any) -> Iterator[Any]:
+    """A ``rafka.shard.<name>`` span, child of the gateway span in ``traceparent``."""
+    tracer = _tracer()
+    if tracer is None:
+        yield None
+        return
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    parent = TraceContextTextMapPropagator().extract({"traceparent": traceparent}) if traceparent else None
+    with tracer.start_as_current_span(f"rafka.shard.{name}", context=parent) as span:
+        for k, v in attrs.items():
+            span.set_attribute(k, v)
+        yield span
