@@ -29,6 +29,7 @@ from kio.serial import entity_reader, entity_writer
 _HDR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_MS = datetime.timedelta(milliseconds=1)
 
 
 class DecodeError(Exception):
@@ -196,7 +197,7 @@ def to_op(entity: Any) -> dict[str, Any]:
         elif dataclasses.is_dataclass(kind):
             out[name] = [to_op(v) for v in value]
         elif kind is datetime.timedelta:
-            out[name] = int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else int(value)
+            out[name] = value // _MS if isinstance(value, datetime.timedelta) else int(value)
         elif kind is enum.Enum:
             out[name] = int(value.value)
         elif isinstance(value, tuple):

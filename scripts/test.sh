@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install everything the tests use (Debian packages when missing, the project with its
+# test extras) and run the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v kcat >/dev/null 2>&1 || need+=(kcat)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+python3 -m pip install -q -e '.[test]'
+exec python3 -m pytest "$@"
