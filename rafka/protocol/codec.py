@@ -183,7 +183,8 @@ def _to_op_plan(cls: type) -> tuple[tuple[str, Any], ...]:
     plan = []
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
-        plan.append((f.name, _elem_entity(tp) or _base(tp)))
+        elem = _elem_entity(tp)
+        plan.append((f.name, ("many", elem) if elem else _base(tp)))
     return tuple(plan)
 
 
@@ -194,8 +195,10 @@ def to_op(entity: Any) -> dict[str, Any]:
         value = getattr(entity, name)
         if value is None:
             out[name] = None
-        elif dataclasses.is_dataclass(kind):
+        elif type(kind) is tuple:
             out[name] = [to_op(v) for v in value]
+        elif dataclasses.is_dataclass(kind):
+            out[name] = to_op(value)
         elif kind is datetime.timedelta:
             out[name] = value // _MS if isinstance(value, datetime.timedelta) else int(value)
         elif kind is enum.Enum:
@@ -213,6 +216,8 @@ def _zero(tp: Any) -> Any:
     if _is_optional(tp):
         return None
     base = _base(tp)
+    if dataclasses.is_dataclass(base):
+        return from_op(base, {})  # type: ignore[arg-type]
     if typing.get_origin(_strip_optional(tp)) is tuple:
         return ()
     return {
@@ -255,6 +260,8 @@ def from_op(cls: type, data: dict[str, Any]) -> Any:
             kwargs[name] = value
         elif elem is not None:
             kwargs[name] = tuple(from_op(elem, v) for v in value)
+        elif isinstance(value, dict) and dataclasses.is_dataclass(base):
+            kwargs[name] = from_op(base, value)
         elif base is datetime.timedelta:
             kwargs[name] = value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=value)
         elif base is enum.Enum:

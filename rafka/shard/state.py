@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rafka.config import Config
+from rafka.shard.data import DataPlane
 from rafka.shard.groups import GroupConfig, GroupCoordinator
 from rafka.shard.handlers import ShardState
 
@@ -20,4 +21,6 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
         offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
     )
     groups = GroupCoordinator(group_cfg, runtime.timer)
-    return ShardState(shard_id, groups)
+    state = ShardState(shard_id, groups)
+    DataPlane(shard_id, runtime.timer, cfg.default_partitions).install(state)
+    return state

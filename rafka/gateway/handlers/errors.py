@@ -27,6 +27,7 @@ class Err(IntEnum):
     KAFKA_STORAGE_ERROR = 56
     GROUP_ID_NOT_FOUND = 69
     UNKNOWN_TOPIC_ID = 100
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 def coordinator_error(exc: BaseException) -> int:

@@ -65,3 +65,182 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     return {"throttle_time": 0, "brokers": [broker(ctx)], "cluster_id": CLUSTER_ID,
             "controller_id": ctx.gateway.node_id, "topics": topics,
             "cluster_authorized_operations": -2147483648}
+
+
+class TopicCache:
+    """A gateway's short-lived copy of topic metadata (the catalogue shard is the truth).
+
+    Entries live ``ttl`` seconds, so a topic created or deleted through any gateway
+    is seen by every other within that time; a miss asks the catalogue at once.
+    """
+
+    def __init__(self, ttl: float = 1.0) -> None:
+        self.ttl = ttl
+        self._by_name: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._by_id: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+
+    def invalidate(self, org_id: str) -> None:
+        for cache in (self._by_name, self._by_id):
+            for key in [k for k in cache if k[0] == org_id]:
+                del cache[key]
+
+    async def lookup(self, ctx: RequestContext, names: list[str], auto_create: bool) -> dict[str, dict[str, Any] | None]:
+        """Topic info by name (None for a topic that does not exist)."""
+        import time
+
+        now = time.monotonic()
+        out: dict[str, dict[str, Any] | None] = {}
+        missing = []
+        for n in dict.fromkeys(names):
+            hit = self._by_name.get((ctx.org_id, n))
+            if hit and hit[0] > now:
+                out[n] = hit[1]
+            else:
+                missing.append(n)
+        if missing:
+            payload = {"names": missing, "auto_create": auto_create, "default_partitions": ctx.gateway.config.default_partitions}
+            resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
+            for t in resp["topics"]:
+                self._store(ctx.org_id, t, now)
+                out[t["name"]] = t if not t.get("error_code") else None
+        return out
+
+    async def by_id(self, ctx: RequestContext, topic_id: str) -> dict[str, Any] | None:
+        """Topic info by id (refreshes the whole organisation's list on a miss)."""
+        import time
+
+        now = time.monotonic()
+        hit = self._by_id.get((ctx.org_id, topic_id))
+        if hit and hit[0] > now:
+            return hit[1]
+        resp = await catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False})
+        for t in resp["topics"]:
+            self._store(ctx.org_id, t, now)
+        hit = self._by_id.get((ctx.org_id, topic_id))
+        return hit[1] if hit else None
+
+    def _store(self, org_id: str, t: dict[str, Any], now: float) -> None:
+        if t.get("error_code"):
+            self._by_name.pop((org_id, t["name"]), None)
+            return
+        entry = (now + self.ttl, t)
+        self._by_name[(org_id, t["name"])] = entry
+        if t.get("topic_id"):
+            self._by_id[(org_id, t["topic_id"])] = entry
+
+
+def topic_cache(ctx: RequestContext) -> TopicCache:
+    gw = ctx.gateway
+    cache = getattr(gw, "topic_cache", None)
+    if cache is None:
+        cache = gw.topic_cache = TopicCache()
+    return cache
+
+
+@api(19, 2, 7, "kafka.create-topics")
+async def create_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    payload = {"topics": [{"name": t["name"], "num_partitions": t["num_partitions"],
+                           "replication_factor": t["replication_factor"],
+                           "configs": {c["name"]: c["value"] for c in t.get("configs") or []}}
+                          for t in req["topics"]],
+               "validate_only": req.get("validate_only", False)}
+    try:
+        resp = await catalog_call(ctx, Op.CREATE_TOPIC, payload)
+    except Exception as exc:
+        code = Err.REQUEST_TIMED_OUT if coordinator_error(exc) else Err.UNKNOWN_SERVER_ERROR
+        return {"topics": [{"name": t["name"], "error_code": code, "error_message": str(exc)} for t in req["topics"]]}
+    topic_cache(ctx).invalidate(ctx.org_id)
+    for t in resp["topics"]:
+        t["topic_id"] = uuid.UUID(t["topic_id"]) if t.get("topic_id") else uuid.UUID(int=0)
+        t.setdefault("topic_config_error_code", 0)
+        if t.get("error_code"):
+            t["num_partitions"], t["replication_factor"], t["configs"] = -1, -1, None
+        else:
+            t["configs"] = [{"name": c["name"], "value": c.get("value"), "read_only": c.get("read_only", False),
+                             "config_source": c.get("config_source", 5), "is_sensitive": False}
+                            for c in t.get("configs") or []]
+    return {"throttle_time": 0, "topics": resp["topics"]}
+
+
+@api(20, 1, 6, "kafka.delete-topics")
+async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    if ctx.api_version < 6:
+        wanted = [{"name": n, "topic_id": None} for n in req.get("topic_names", [])]
+    else:
+        wanted = [{"name": t.get("name"), "topic_id": str(t["topic_id"]) if t.get("topic_id") and t["topic_id"].int else None}
+                  for t in req.get("topics", [])]
+    try:
+        resp = await catalog_call(ctx, Op.DELETE_TOPIC, {"topics": wanted})
+    except Exception as exc:
+        code = Err.REQUEST_TIMED_OUT if coordinator_error(exc) else Err.UNKNOWN_SERVER_ERROR
+        return {"responses": [{"name": t["name"], "error_code": code} for t in wanted]}
+    topic_cache(ctx).invalidate(ctx.org_id)
+    router = ctx.gateway.router
+    drops = []
+    for t in resp["topics"]:
+        if t.get("error_code") == 0:
+            by_shard: dict[int, list[int]] = {}
+            for p in range(t.get("num_partitions", 0)):
+                by_shard.setdefault(router.shard_for_partition(ctx.org_id, t["name"], p), []).append(p)
+            drops += [router.call(s, Op.DELETE_PARTITIONS, ctx.org_id,
+                                  {"topic": t["name"], "partitions": ps, "topic_id": t.get("topic_id")}, ctx.trace)
+                      for s, ps in by_shard.items()]
+        t["topic_id"] = uuid.UUID(t["topic_id"]) if t.get("topic_id") else uuid.UUID(int=0)
+    if drops:
+        import asyncio
+
+        await asyncio.gather(*drops, return_exceptions=True)  # a down shard drops the log when it sees a new topic id
+    return {"throttle_time": 0, "responses": resp["topics"]}
+
+
+@api(37, 0, 3, "kafka.create-partitions")
+async def create_partitions(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    payload = {"topics": [{"name": t["name"], "count": t["count"]} for t in req["topics"]],
+               "validate_only": req.get("validate_only", False)}
+    try:
+        resp = await catalog_call(ctx, Op.CREATE_PARTITIONS, payload)
+    except Exception as exc:
+        code = Err.REQUEST_TIMED_OUT if coordinator_error(exc) else Err.UNKNOWN_SERVER_ERROR
+        return {"results": [{"name": t["name"], "error_code": code} for t in req["topics"]]}
+    topic_cache(ctx).invalidate(ctx.org_id)
+    return {"throttle_time": 0, "results": resp["topics"]}
+
+
+BROKER_CONFIGS = {
+    "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
+    "num.partitions": lambda c: str(c.default_partitions),
+    "group.min.session.timeout.ms": lambda c: str(c.group_min_session_timeout_ms),
+    "group.max.session.timeout.ms": lambda c: str(c.group_max_session_timeout_ms),
+    "group.initial.rebalance.delay.ms": lambda c: str(c.group_initial_rebalance_delay_ms),
+    "group.max.size": lambda c: str(c.group_max_size),
+    "offset.metadata.max.bytes": lambda c: str(c.offset_metadata_max_bytes),
+    "offsets.retention.minutes": lambda c: str(c.offsets_retention_minutes),
+    "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
+}
+
+
+@api(32, 0, 4, "kafka.describe-configs")
+async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    results = []
+    for r in req["resources"]:
+        keys = r.get("configuration_keys")
+        if r["resource_type"] == 4:  # BROKER
+            cfg = ctx.gateway.config
+            configs = [{"name": k, "value": f(cfg), "read_only": True, "config_source": 5, "is_sensitive": False,
+                        "synonyms": []} for k, f in BROKER_CONFIGS.items() if keys is None or k in keys]
+            results.append({"error_code": 0, "error_message": None, "resource_type": 4,
+                            "resource_name": r["resource_name"], "configs": configs})
+        elif r["resource_type"] == 2:  # TOPIC
+            try:
+                resp = await catalog_call(ctx, Op.DESCRIBE_CONFIGS, {"name": r["resource_name"], "configuration_keys": keys})
+            except Exception:
+                resp = {"error_code": Err.REQUEST_TIMED_OUT, "error_message": "catalogue unavailable", "configs": []}
+            for c in resp.get("configs", []):
+                c.setdefault("synonyms", [])
+                c["is_default"] = c.get("config_source", 5) == 5
+            results.append({"error_code": resp["error_code"], "error_message": resp.get("error_message"),
+                            "resource_type": 2, "resource_name": r["resource_name"], "configs": resp.get("configs", [])})
+        else:
+            results.append({"error_code": Err.INVALID_REQUEST, "error_message": "unsupported resource type",
+                            "resource_type": r["resource_type"], "resource_name": r["resource_name"], "configs": []})
+    return {"throttle_time": 0, "results": results}

@@ -1,0 +1,213 @@
+"""The data plane: Produce, Fetch, ListOffsets, DeleteRecords, InitProducerId.
+
+Version notes:
+- Produce 3–11: one v2 record batch per partition; acks=0 gets no response.
+- Fetch 4–17: v13+ names topics by id; a fetch spanning several shards parks on
+  each shard, and when the first one answers with data the gateway cancels the
+  others so a record produced during the wait is delivered at once, not after
+  max_wait. No incremental fetch sessions: session_id 0 tells clients so.
+- ListOffsets 1–9, DeleteRecords 0–2, InitProducerId 0–5 (idempotent producers;
+  transactional ids are refused until transactions exist).
+Each partition's log is owned by shard ``stable_hash(org_id, topic, partition)``;
+requests are split per owning shard and the answers merged in request order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from typing import Any
+
+from rafka.gateway.api import RequestContext, api
+from rafka.gateway.handlers.errors import Err, partition_error
+from rafka.gateway.handlers.topics import topic_cache
+from rafka.rail import Op
+
+_fetch_ids = itertools.count(1)
+_gateway_tag = uuid.uuid4().hex[:8]
+
+
+async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], extra: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Send each partition to its owning shard; map (topic, partition) → shard answer."""
+    router = ctx.gateway.router
+    by_shard: dict[int, list[dict[str, Any]]] = {}
+    for p in parts:
+        by_shard.setdefault(router.shard_for_partition(ctx.org_id, p["topic"], p["partition"]), []).append(p)
+    shards = list(by_shard)
+    results = await asyncio.gather(*(router.call(s, op, ctx.org_id, {**extra, "partitions": by_shard[s]}, ctx.trace)
+                                     for s in shards), return_exceptions=True)
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for s, res in zip(shards, results):
+        if isinstance(res, BaseException):
+            for p in by_shard[s]:
+                out[(p["topic"], p["partition"])] = {"error_code": partition_error(res)}
+        else:
+            for r in res["partitions"]:
+                out[(r["topic"], r["partition"])] = r
+    return out
+
+
+@api(0, 3, 11, "data.produce")
+async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | None:
+    acks = req["acks"]
+    names = [t["name"] for t in req["topic_data"]]
+    errors: dict[tuple[str, int], int] = {}
+    parts: list[dict[str, Any]] = []
+    if req.get("transactional_id"):
+        infos: dict[str, Any] = {}
+        for t in req["topic_data"]:
+            for p in t["partition_data"]:
+                errors[(t["name"], p["index"])] = Err.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    else:
+        infos = await topic_cache(ctx).lookup(ctx, names, ctx.gateway.config.auto_create_topics)
+    for t in req["topic_data"]:
+        info = infos.get(t["name"])
+        for p in t["partition_data"]:
+            key = (t["name"], p["index"])
+            if key in errors:
+                continue
+            if info is None or not 0 <= p["index"] < info["partitions"]:
+                errors[key] = Err.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            parts.append({"topic": t["name"], "partition": p["index"], "records": p.get("records") or b"",
+                          "topic_id": info.get("topic_id"), "configs": info.get("configs") or {}})
+    answers = await _split_call(ctx, Op.PRODUCE, parts, {"acks": acks, "timeout_ms": req.get("timeout", 0)}) if parts else {}
+    if acks == 0:
+        return None
+    responses = []
+    for t in req["topic_data"]:
+        prs = []
+        for p in t["partition_data"]:
+            key = (t["name"], p["index"])
+            a = answers.get(key, {"error_code": errors.get(key, Err.UNKNOWN_SERVER_ERROR)})
+            prs.append({"index": p["index"], "error_code": a.get("error_code", 0), "base_offset": a.get("base_offset", -1),
+                        "log_append_time": None, "log_start_offset": a.get("log_start_offset", -1),
+                        "record_errors": a.get("record_errors", []), "error_message": a.get("error_message")})
+        responses.append({"name": t["name"], "partition_responses": prs})
+    return {"responses": responses, "throttle_time": 0}
+
+
+async def _resolve_fetch_topics(ctx: RequestContext, req: dict[str, Any]) -> list[tuple[dict[str, Any], str | None, Any]]:
+    """(request topic, topic name or None, topic id) for each requested topic."""
+    out = []
+    cache = topic_cache(ctx)
+    if ctx.api_version >= 13:
+        for t in req["topics"]:
+            info = await cache.by_id(ctx, str(t["topic_id"]))
+            out.append((t, info["name"] if info else None, t["topic_id"]))
+    else:
+        infos = await cache.lookup(ctx, [t["topic"] for t in req["topics"]], False)
+        for t in req["topics"]:
+            info = infos.get(t["topic"])
+            out.append((t, t["topic"] if info else None, uuid.UUID(info["topic_id"]) if info else None))
+    return out
+
+
+async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Fetch from every owning shard; when one answers with data, cancel the others' waits."""
+    router = ctx.gateway.router
+    by_shard: dict[int, list[dict[str, Any]]] = {}
+    for p in parts:
+        by_shard.setdefault(router.shard_for_partition(ctx.org_id, p["topic"], p["partition"]), []).append(p)
+    fetch_id = f"{_gateway_tag}:{next(_fetch_ids)}"
+    futs = {router.call(s, Op.FETCH, ctx.org_id, {**extra, "fetch_id": fetch_id, "partitions": ps}, ctx.trace): s
+            for s, ps in by_shard.items()}
+    pending = set(futs)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        got_data = any(not f.exception() and any(p.get("records") for p in f.result()["partitions"]) for f in done)
+        if got_data and pending:
+            for f in pending:
+                router.call(futs[f], Op.FETCH_CANCEL, ctx.org_id, {"fetch_id": fetch_id}, ctx.trace)
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for f, s in futs.items():
+        if f.exception():
+            for p in by_shard[s]:
+                out[(p["topic"], p["partition"])] = {"error_code": partition_error(f.exception())}  # type: ignore[arg-type]
+        else:
+            for r in f.result()["partitions"]:
+                out[(r["topic"], r["partition"])] = r
+    return out
+
+
+@api(1, 4, 17, "data.fetch")
+async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    resolved = await _resolve_fetch_topics(ctx, req)
+    parts = []
+    for t, name, topic_id in resolved:
+        if name is None:
+            continue
+        for p in t["partitions"]:
+            parts.append({"topic": name, "partition": p["partition"], "fetch_offset": p["fetch_offset"],
+                          "partition_max_bytes": p["partition_max_bytes"],
+                          "topic_id": str(topic_id) if topic_id else None})
+    extra = {"max_wait_ms": req.get("max_wait", 0), "min_bytes": req.get("min_bytes", 1),
+             "max_bytes": req.get("max_bytes", 2**31 - 1), "isolation_level": req.get("isolation_level", 0)}
+    answers = await _parked_fetch(ctx, parts, extra) if parts else {}
+    if not parts and req.get("max_wait", 0) > 0 and not resolved:
+        await asyncio.sleep(min(req["max_wait"], 500) / 1000)  # an empty fetch waits like Kafka's
+    missing = Err.UNKNOWN_TOPIC_ID if ctx.api_version >= 13 else Err.UNKNOWN_TOPIC_OR_PARTITION
+    responses = []
+    for t, name, topic_id in resolved:
+        prs = []
+        for p in t["partitions"]:
+            a = answers.get((name, p["partition"]), {"error_code": missing}) if name else {"error_code": missing}
+            prs.append({"partition_index": p["partition"], "error_code": a.get("error_code", 0),
+                        "high_watermark": a.get("high_watermark", -1), "last_stable_offset": a.get("last_stable_offset", -1),
+                        "log_start_offset": a.get("log_start_offset", -1),
+                        "aborted_transactions": a.get("aborted_transactions"), "preferred_read_replica": -1,
+                        "records": a.get("records") or b""})
+        responses.append({"topic": t.get("topic", name), "topic_id": topic_id, "partitions": prs})
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
+
+
+@api(2, 1, 9, "data.list-offsets")
+async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in req["topics"]], False)
+    parts = [{"topic": t["name"], "partition": p["partition_index"], "timestamp": p["timestamp"],
+              "topic_id": infos[t["name"]]["topic_id"]}  # type: ignore[index]
+             for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
+             if p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
+    answers = await _split_call(ctx, Op.LIST_OFFSETS, parts, {"isolation_level": req.get("isolation_level", 0)}) if parts else {}
+    topics = []
+    for t in req["topics"]:
+        prs = []
+        for p in t["partitions"]:
+            a = answers.get((t["name"], p["partition_index"]), {"error_code": Err.UNKNOWN_TOPIC_OR_PARTITION})
+            prs.append({"partition_index": p["partition_index"], "error_code": a.get("error_code", 0),
+                        "timestamp": a.get("timestamp", -1), "offset": a.get("offset", -1),
+                        "leader_epoch": a.get("leader_epoch", -1)})
+        topics.append({"name": t["name"], "partitions": prs})
+    return {"throttle_time": 0, "topics": topics}
+
+
+@api(21, 0, 2, "data.delete-records")
+async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in req["topics"]], False)
+    parts = [{"topic": t["name"], "partition": p["partition_index"], "offset": p["offset"]}
+             for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
+             if p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
+    answers = await _split_call(ctx, Op.DELETE_RECORDS, parts, {}) if parts else {}
+    topics = []
+    for t in req["topics"]:
+        prs = []
+        for p in t["partitions"]:
+            a = answers.get((t["name"], p["partition_index"]), {"error_code": Err.UNKNOWN_TOPIC_OR_PARTITION})
+            prs.append({"partition_index": p["partition_index"], "low_watermark": a.get("low_watermark", -1),
+                        "error_code": a.get("error_code", 0)})
+        topics.append({"name": t["name"], "partitions": prs})
+    return {"throttle_time": 0, "topics": topics}
+
+
+@api(22, 0, 5, "data.init-producer-id")
+async def init_producer_id(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    if req.get("transactional_id"):
+        return {"error_code": Err.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
+    router = ctx.gateway.router
+    try:
+        resp = await router.call(router.shard_for_group(ctx.org_id, "\0producer-ids"), Op.INIT_PRODUCER_ID,
+                                 ctx.org_id, {"transactional_id": None}, ctx.trace)
+    except Exception:
+        return {"error_code": Err.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}
+    return {"throttle_time": 0, **resp}

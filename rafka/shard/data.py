@@ -1,0 +1,197 @@
+"""Rail handlers for the data plane: the topic catalogue and the partition logs.
+
+How this works: ``DataPlane`` adapts the pure ``TopicCatalog`` and ``LogManager``
+to the shard's handler shape ``(org_id, payload, now_ms, respond) -> records`` and
+owns long-poll fetches. A FETCH that has fewer than ``min_bytes`` ready is parked
+under its ``fetch_id`` and the partitions it watches; a produce that appends to a
+watched partition re-runs the parked fetch, and the fetch is answered when it has
+``min_bytes``, when its ``max_wait_ms`` timer fires, or when the gateway sends
+FETCH_CANCEL (another shard already answered a fetch spanning several shards).
+Responses are plain msgpack data (topic ids as strings).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from rafka.rail import Op
+from rafka.shard.handlers import ShardState
+from rafka.shard.log.manager import LogManager, appended_partitions
+from rafka.shard.log.topics import TopicCatalog
+from rafka.shard.records import Record, RecordType
+
+Respond = Callable[[Any], None]
+
+
+def plain(value: Any) -> Any:
+    """``value`` with UUIDs as strings and enums as ints, for msgpack."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    return value
+
+
+@dataclass
+class ParkedFetch:
+    fetch_id: str
+    org_id: str
+    op: dict[str, Any]
+    respond: Respond
+    keys: set[tuple[str, str, int]] = field(default_factory=set)
+
+
+class DataPlane:
+    """Topic catalogue + partition logs of one shard, with parked fetches."""
+
+    def __init__(self, shard_id: int, timer: Any, default_partitions: int = 1) -> None:
+        self.catalog = TopicCatalog(default_partitions=default_partitions)
+        self.logs = LogManager(shard_id)
+        self.timer = timer
+        self.parked: dict[str, ParkedFetch] = {}
+        self.watchers: dict[tuple[str, str, int], set[str]] = {}
+
+    def install(self, state: ShardState) -> None:
+        """Register this plane's ops and record types on ``state``."""
+        for op, fn in [(Op.LIST_TOPICS, self.list_topics), (Op.CREATE_TOPIC, self.create_topics),
+                       (Op.DELETE_TOPIC, self.delete_topics), (Op.CREATE_PARTITIONS, self.create_partitions),
+                       (Op.DESCRIBE_CONFIGS, self.describe_configs), (Op.PRODUCE, self.produce),
+                       (Op.FETCH, self.fetch), (Op.FETCH_CANCEL, self.fetch_cancel),
+                       (Op.LIST_OFFSETS, self.list_offsets), (Op.DELETE_RECORDS, self.delete_records),
+                       (Op.DELETE_PARTITIONS, self.delete_partitions), (Op.INIT_PRODUCER_ID, self.init_producer_id)]:
+            state.register(op, fn)
+        state.register_replay(RecordType.TOPIC, self.catalog.replay)
+        for rtype in (RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCER_STATE):
+            state.register_replay(rtype, self._replay_log)
+        self._state = state
+
+    def _replay_log(self, record: Record) -> None:
+        self.logs.replay(record)
+        if record.type == RecordType.PARTITION_BATCH:
+            self.timer_wake(appended_partitions([record]))
+
+    # -- catalogue ----------------------------------------------------------
+    def list_topics(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        """Metadata: the named topics (auto-created when allowed) or all of them."""
+        records: list[Record] = []
+        names = op.get("names")
+        if names is not None and op.get("auto_create"):
+            missing = [n for n in dict.fromkeys(names) if self.catalog.topic(org_id, n) is None]
+            if missing:
+                records, _ = self.catalog.create_topics(org_id, {"topics": [
+                    {"name": n, "num_partitions": op.get("default_partitions", -1), "replication_factor": -1}
+                    for n in missing]}, now_ms)
+                for r in records:
+                    self.catalog.replay(r)  # visible to this answer; replayed again below idempotently
+        topics = []
+        infos = self.catalog.list_topics(org_id) if names is None else [self.catalog.topic(org_id, n) for n in names]
+        for name, info in zip(names or [i.name for i in infos], infos):
+            if info is None:
+                topics.append({"name": name, "topic_id": None, "partitions": 0, "error_code": 3, "configs": {}})
+            else:
+                topics.append({"name": info.name, "topic_id": str(info.topic_id), "partitions": info.partitions,
+                               "error_code": 0, "configs": dict(info.configs)})
+        respond({"topics": topics})
+        return records
+
+    def create_topics(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        records, resp = self.catalog.create_topics(org_id, op, now_ms)
+        respond(plain(resp))
+        return records
+
+    def delete_topics(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        records, resp = self.catalog.delete_topics(org_id, op)
+        respond(plain(resp))
+        return records
+
+    def create_partitions(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        records, resp = self.catalog.create_partitions(org_id, op, now_ms)
+        respond(plain(resp))
+        return records
+
+    def describe_configs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        respond(plain(self.catalog.describe_configs(org_id, op["name"], op.get("configuration_keys"))))
+        return []
+
+    # -- logs ---------------------------------------------------------------
+    def produce(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        records, resp = self.logs.produce(org_id, op, now_ms)
+        respond(plain(resp))
+        return records
+
+    def delete_records(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        records, resp = self.logs.delete_records(org_id, op)
+        respond(plain(resp))
+        return records
+
+    def delete_partitions(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        records, resp = self.logs.delete_partitions(org_id, op)
+        respond(plain(resp))
+        return records
+
+    def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        records, resp = self.logs.init_producer_id(org_id, op, now_ms)
+        respond(plain(resp))
+        return records
+
+    def list_offsets(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        respond(plain(self.logs.list_offsets(org_id, op)))
+        return []
+
+    def retention(self, now_ms: int) -> list[Record]:
+        """Periodic retention pass (called from a timer)."""
+        return self.logs.retention(now_ms)
+
+    # -- long-poll fetch ----------------------------------------------------
+    def fetch(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        resp = self.logs.fetch(org_id, op)
+        size = sum(len(p.get("records") or b"") for p in resp["partitions"])
+        errors = any(p.get("error_code") for p in resp["partitions"])
+        if size >= max(op.get("min_bytes", 1), 1) or errors or op.get("max_wait_ms", 0) <= 0 or not op.get("fetch_id"):
+            respond(plain(resp))
+            return []
+        parked = ParkedFetch(op["fetch_id"], org_id, op, respond,
+                             {(org_id, p["topic"], p["partition"]) for p in op["partitions"]})
+        self.parked[parked.fetch_id] = parked
+        for key in parked.keys:
+            self.watchers.setdefault(key, set()).add(parked.fetch_id)
+        self.timer.schedule(f"fetch:{parked.fetch_id}", op["max_wait_ms"],
+                            lambda _now, fid=parked.fetch_id: self._finish(fid))
+        return []
+
+    def fetch_cancel(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        self._finish(op["fetch_id"])
+        respond({})
+        return []
+
+    def timer_wake(self, keys: set[tuple[str, str, int]]) -> None:
+        """Re-run parked fetches watching ``keys``; answer those that now have enough."""
+        for key in keys:
+            for fid in list(self.watchers.get(key, ())):
+                parked = self.parked.get(fid)
+                if parked is None:
+                    continue
+                resp = self.logs.fetch(parked.org_id, parked.op)
+                size = sum(len(p.get("records") or b"") for p in resp["partitions"])
+                if size >= max(parked.op.get("min_bytes", 1), 1):
+                    self._finish(fid, resp)
+
+    def _finish(self, fetch_id: str, resp: dict[str, Any] | None = None) -> list[Record]:
+        parked = self.parked.pop(fetch_id, None)
+        if parked is None:
+            return []
+        self.timer.cancel(f"fetch:{fetch_id}")
+        for key in parked.keys:
+            ids = self.watchers.get(key)
+            if ids is not None:
+                ids.discard(fetch_id)
+                if not ids:
+                    del self.watchers[key]
+        parked.respond(plain(resp if resp is not None else self.logs.fetch(parked.org_id, parked.op)))
+        return []

@@ -1,0 +1,345 @@
+"""LogManager: every partition log a shard owns, behind pure handlers.
+
+How this works: the gateway splits Produce/Fetch/ListOffsets/DeleteRecords by
+owning shard (``stable_hash(org, topic, partition)``) and sends each shard one
+op carrying all of that shard's partitions. Write handlers (``produce``,
+``delete_records``, ``delete_partitions``, ``update_configs``,
+``init_producer_id``, ``retention``) return ``(records, response)`` and never
+touch state; the runtime replays the records (``replay``) right after, which is
+also how a restart rebuilds every log from the write-ahead log. Read handlers
+(``fetch``, ``list_offsets``) only return a response.
+
+Records (key ``(org, topic, partition)`` unless noted):
+
+* ``PARTITION_BATCH`` ``{batch, append_ms, roll[, configs][, topic_id]}``: one
+  batch with its base offset already stamped, so replay re-appends it exactly.
+  ``configs``/``topic_id`` appear when the produce op carried values the log
+  did not have yet.
+* ``PARTITION_TRUNCATE`` ``{log_start_offset[, configs]}``: DeleteRecords or
+  retention moved the log start (or configs changed); ``None`` drops the log
+  (topic deleted).
+* ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
+  allocates an id; ``None`` forgets an expired producer on every partition.
+
+Partition logs learn their topic's configs (and topic id) from the ops, because
+the catalogue lives on another shard. A partition nobody produced to reads as an
+empty log. A produce op whose ``topic_id`` differs from the log's (the topic was
+deleted and created again) starts the log afresh. ``appended_partitions`` tells
+the runtime which partitions got data, to wake parked fetches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rafka.protocol.records import CorruptRecordError, split_batches
+from rafka.shard.log.config import LogConfig
+from rafka.shard.log.errors import Errors
+from rafka.shard.log.partition import PartitionLog
+from rafka.shard.log.producers import PRODUCER_ID_EXPIRATION_MS, ProducerIdManager
+from rafka.shard.records import Record, RecordType
+
+INT32_MAX = 2**31 - 1
+READ_COMMITTED = 1
+PartitionKey = tuple[str, str, int]
+Result = tuple[list[Record], dict[str, Any]]
+_EMPTY = PartitionLog()  # what a partition without data reads as; never mutated
+
+
+def appended_partitions(records: Iterable[Record]) -> set[PartitionKey]:
+    """``(org, topic, partition)`` of every partition that ``records`` append to."""
+    return {tuple(r.key) for r in records if r.type == RecordType.PARTITION_BATCH}
+
+
+def _produce_error(topic: str, partition: int, code: Errors, message: str | None) -> dict[str, Any]:
+    return {
+        "topic": topic,
+        "partition": partition,
+        "error_code": code,
+        "error_message": message,
+        "base_offset": -1,
+        "log_append_time_ms": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+    }
+
+
+class LogManager:
+    """The partition logs and producer ids of one shard."""
+
+    def __init__(self, shard_id: int = 0, *, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> None:
+        self.logs: dict[PartitionKey, PartitionLog] = {}
+        self.producer_ids = ProducerIdManager(shard_id)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+
+    # ------------------------------------------------------------------ reads
+
+    def log(self, org_id: str, topic: str, partition: int, topic_id: Any = None) -> PartitionLog | None:
+        """The log of a partition, or ``None`` (also when ``topic_id`` names another incarnation)."""
+        log = self.logs.get((org_id, topic, partition))
+        if log is not None and topic_id is not None and log.topic_id is not None and log.topic_id != str(topic_id):
+            return None
+        return log
+
+    def log_end_offset(self, org_id: str, topic: str, partition: int) -> int:
+        """LEO of a partition (0 if it has no log): lets the runtime decide to wake a fetch."""
+        log = self.logs.get((org_id, topic, partition))
+        return log.log_end_offset if log is not None else 0
+
+    def fetch(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        """Fetch. ``op = {max_bytes, isolation_level, partitions: [{topic, partition,
+        fetch_offset, partition_max_bytes[, log_start_offset][, topic_id]}]}``.
+
+        Response ``{partitions: [{topic, partition, error_code, high_watermark,
+        last_stable_offset, log_start_offset, aborted_transactions,
+        preferred_read_replica, records}]}``. Only the first partition with data
+        may exceed the byte limits (by one batch); errors report offsets as -1.
+        """
+        remaining = op.get("max_bytes", INT32_MAX)
+        aborted: list[Any] | None = [] if op.get("isolation_level", 0) == READ_COMMITTED else None
+        min_one = True
+        out = []
+        for p in op.get("partitions", []):
+            log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
+            limit = min(p.get("partition_max_bytes", INT32_MAX), remaining)
+            error, batches = log.read(p["fetch_offset"], limit, min_one)
+            resp = {
+                "topic": p["topic"],
+                "partition": p["partition"],
+                "error_code": error,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": aborted,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            if not error:
+                data = b"".join(batches)
+                remaining -= len(data)
+                min_one = min_one and not data
+                hw = log.high_watermark
+                resp.update(
+                    high_watermark=hw, last_stable_offset=hw, log_start_offset=log.log_start_offset, records=data
+                )
+            out.append(resp)
+        return {"partitions": out}
+
+    def list_offsets(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        """ListOffsets. ``op = {isolation_level, partitions: [{topic, partition, timestamp[, topic_id]}]}``.
+
+        Response ``{partitions: [{topic, partition, error_code, timestamp, offset, leader_epoch}]}``.
+        """
+        out = []
+        for p in op.get("partitions", []):
+            log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
+            offset, timestamp = log.list_offset(p["timestamp"])
+            out.append(
+                {
+                    "topic": p["topic"],
+                    "partition": p["partition"],
+                    "error_code": Errors.NONE,
+                    "timestamp": timestamp,
+                    "offset": offset,
+                    "leader_epoch": -1,
+                }
+            )
+        return {"partitions": out}
+
+    # --------------------------------------------------------------- handlers
+
+    def produce(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """Produce. ``op = {acks, timeout_ms, partitions: [{topic, partition, records[,
+        topic_id][, configs]}]}`` where ``configs`` are the topic's config overrides.
+
+        Response ``{partitions: [{topic, partition, error_code, error_message,
+        base_offset, log_append_time_ms, log_start_offset, record_errors}]}``.
+        Like Kafka (Produce v3+), ``records`` must hold exactly one v2 batch
+        (else INVALID_RECORD). A duplicate from an idempotent producer answers
+        the original base offset and appends nothing.
+        """
+        records: list[Record] = []
+        out = []
+        seen: set[PartitionKey] = set()
+        acks = op.get("acks", -1)
+        for p in op.get("partitions", []):
+            topic, partition = p["topic"], p["partition"]
+            key = (org_id, topic, partition)
+            if acks not in (-1, 0, 1):
+                out.append(_produce_error(topic, partition, Errors.INVALID_REQUIRED_ACKS, f"Invalid acks {acks}"))
+            elif key in seen:
+                out.append(_produce_error(topic, partition, Errors.INVALID_REQUEST, "Partition given twice"))
+            else:
+                seen.add(key)
+                recs, resp = self._produce_partition(key, p, now_ms)
+                records += recs
+                out.append(resp)
+        return records, {"partitions": out}
+
+    def _produce_partition(self, key: PartitionKey, p: dict[str, Any], now_ms: int) -> Result:
+        _, topic, partition = key
+        tid = None if p.get("topic_id") is None else str(p["topic_id"])
+        existing = self.logs.get(key)
+        reset = existing is not None and self.log(*key, topic_id=tid) is None
+        log = existing if existing is not None and not reset else _EMPTY
+        configs = p.get("configs")
+        config = LogConfig.from_overrides(configs, validate=False) if configs is not None else log.config
+        try:
+            batches = split_batches(p["records"])
+        except CorruptRecordError as exc:
+            return [], _produce_error(topic, partition, Errors.CORRUPT_MESSAGE, str(exc))
+        if len(batches) != 1:
+            return [], _produce_error(
+                topic,
+                partition,
+                Errors.INVALID_RECORD,
+                "Produce requests must contain exactly one record batch per partition",
+            )
+        plan = log.prepare_append(batches, now_ms, config)
+        if plan.error:
+            return [], _produce_error(topic, partition, plan.error, plan.message)
+        ok = {
+            "topic": topic,
+            "partition": partition,
+            "error_code": Errors.NONE,
+            "error_message": None,
+            "base_offset": plan.base_offset,
+            "log_append_time_ms": -1,
+            "log_start_offset": log.log_start_offset,
+            "record_errors": [],
+        }
+        if plan.duplicate is not None:
+            return [], ok
+        records = [Record(RecordType.PARTITION_TRUNCATE, key, None)] if reset else []
+        first = plan.values[0]
+        if configs is not None and dict(configs) != log.overrides:
+            first["configs"] = dict(configs)
+        if tid is not None and tid != log.topic_id:
+            first["topic_id"] = tid
+        records += [Record(RecordType.PARTITION_BATCH, key, v) for v in plan.values]
+        return records, ok
+
+    def delete_records(self, org_id: str, op: dict[str, Any]) -> Result:
+        """DeleteRecords. ``op = {partitions: [{topic, partition, offset}]}``; offset -1 = high watermark.
+
+        Response ``{partitions: [{topic, partition, low_watermark, error_code}]}``;
+        an offset past the high watermark is OFFSET_OUT_OF_RANGE. Batches stay,
+        but fetches below the new log start are refused.
+        """
+        records: list[Record] = []
+        out = []
+        for p in op.get("partitions", []):
+            key = (org_id, p["topic"], p["partition"])
+            log = self.log(*key, topic_id=p.get("topic_id")) or _EMPTY
+            offset = log.high_watermark if p["offset"] == -1 else p["offset"]
+            if offset < 0 or offset > log.high_watermark:
+                out.append(
+                    {
+                        "topic": p["topic"],
+                        "partition": p["partition"],
+                        "low_watermark": -1,
+                        "error_code": Errors.OFFSET_OUT_OF_RANGE,
+                    }
+                )
+                continue
+            if offset > log.log_start_offset:
+                records.append(Record(RecordType.PARTITION_TRUNCATE, key, {"log_start_offset": offset}))
+            out.append(
+                {
+                    "topic": p["topic"],
+                    "partition": p["partition"],
+                    "low_watermark": max(offset, log.log_start_offset),
+                    "error_code": Errors.NONE,
+                }
+            )
+        return records, {"partitions": out}
+
+    def delete_partitions(self, org_id: str, op: dict[str, Any]) -> Result:
+        """Drop the logs of a deleted topic. ``op = {topic, partitions: [int] | None[, topic_id]}``.
+
+        ``partitions=None`` drops every partition of the topic this shard holds.
+        Response ``{partitions: [dropped partition numbers]}``.
+        """
+        topic, wanted = op["topic"], op.get("partitions")
+        keys = sorted(
+            k
+            for k in self.logs
+            if k[0] == org_id
+            and k[1] == topic
+            and (wanted is None or k[2] in wanted)
+            and self.log(*k, topic_id=op.get("topic_id")) is not None
+        )
+        return [Record(RecordType.PARTITION_TRUNCATE, k, None) for k in keys], {"partitions": [k[2] for k in keys]}
+
+    def update_configs(self, org_id: str, op: dict[str, Any]) -> Result:
+        """Give existing logs of ``topic`` new config overrides (e.g. a lowered retention.ms).
+
+        ``op = {topic, configs, partitions: [int] | None}``; response ``{partitions: [updated]}``.
+        """
+        topic, configs, wanted = op["topic"], dict(op.get("configs") or {}), op.get("partitions")
+        records = [
+            Record(RecordType.PARTITION_TRUNCATE, k, {"log_start_offset": log.log_start_offset, "configs": configs})
+            for k, log in sorted(self.logs.items())
+            if k[0] == org_id and k[1] == topic and (wanted is None or k[2] in wanted) and log.overrides != configs
+        ]
+        return records, {"partitions": [r.key[2] for r in records]}
+
+    def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """InitProducerId (idempotent producers only); see ``ProducerIdManager.init_producer_id``."""
+        return self.producer_ids.init_producer_id(org_id, op, now_ms)
+
+    def retention(self, now_ms: int) -> list[Record]:
+        """Periodic: truncate logs past ``retention.ms``/``retention.bytes`` and expire idle producers."""
+        records = []
+        last_seen: dict[tuple[str, int], int] = {}
+        for key, log in sorted(self.logs.items()):
+            new_start = log.retention_log_start(now_ms)
+            if new_start is not None:
+                records.append(Record(RecordType.PARTITION_TRUNCATE, key, {"log_start_offset": new_start}))
+            for pid, entry in log.producers.entries.items():
+                last_seen[(key[0], pid)] = max(last_seen.get((key[0], pid), -1), entry.last_append_ms)
+        for (org_id, pid), last_ms in sorted(last_seen.items()):
+            if now_ms - last_ms >= self.producer_id_expiration_ms:
+                records.append(Record(RecordType.PRODUCER_STATE, (org_id, pid), None))
+        return records
+
+    # ----------------------------------------------------------------- replay
+
+    def replay(self, record: Record) -> None:
+        """Apply one record; the only code that changes the logs."""
+        key = tuple(record.key)
+        if record.type == RecordType.PARTITION_BATCH:
+            self._replay_batch(key, record.value)
+        elif record.type == RecordType.PARTITION_TRUNCATE:
+            self._replay_truncate(key, record.value)
+        elif record.type == RecordType.PRODUCER_STATE:
+            if record.value is not None:
+                self.producer_ids.replay(record)
+                return
+            for (org_id, _, _), log in self.logs.items():
+                if org_id == key[0]:
+                    log.producers.remove(key[1])
+        else:
+            raise ValueError(f"LogManager cannot replay record type {record.type}")
+
+    def _replay_batch(self, key: PartitionKey, value: dict[str, Any]) -> None:
+        log = self.logs.get(key)
+        if log is None:
+            log = self.logs[key] = PartitionLog()
+        if "topic_id" in value:
+            log.topic_id = value["topic_id"]
+        if "configs" in value:
+            log.set_overrides(value["configs"])
+        log.apply_batch(value)
+
+    def _replay_truncate(self, key: PartitionKey, value: dict[str, Any] | None) -> None:
+        if value is None:
+            self.logs.pop(key, None)
+            return
+        log = self.logs.get(key)
+        if log is None:
+            log = self.logs[key] = PartitionLog()
+        if "configs" in value:
+            log.set_overrides(value["configs"])
+        log.apply_log_start(value["log_start_offset"])

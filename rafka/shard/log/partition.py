@@ -1,0 +1,330 @@
+"""The log of one topic partition: segments of record batches held as bytes.
+
+How this works (Kafka's UnifiedLog/LocalLog/LogSegment, single replica):
+
+* The log is a list of segments; the last is the *active* one. A segment keeps
+  its batches exactly as producers sent them (baseOffset stamped), their base
+  offsets (for bisecting), their max timestamps, its byte size and creation time.
+* ``prepare_append`` validates batches and plans where they go without
+  changing anything: each batch gets base offset = log end offset (LEO), which
+  then grows by ``lastOffsetDelta + 1``; a batch that would push the active
+  segment past ``segment.bytes`` (or arrives ``segment.ms`` after it was
+  created) is marked ``roll``. It returns ``PARTITION_BATCH`` record values
+  ``{batch, append_ms, roll}``. ``apply_batch`` (replay) performs that plan, so
+  replaying the records rebuilds the same segments byte for byte.
+* ``high_watermark`` equals LEO (one replica, no transactions: LSO = HW too).
+* ``read`` returns whole batches from the one *containing* ``fetch_offset``
+  (clients skip records below the offset they asked for), up to ``max_bytes``
+  but always at least one batch when ``min_one`` (KIP-74).
+* ``log_start_offset`` moves forward by DeleteRecords or retention
+  (``apply_log_start``): whole segments that end at or below it are dropped;
+  batches of a partly covered segment stay but reads below the start are refused.
+* Retention (``retention_log_start``) drops whole segments, oldest first: those
+  whose newest timestamp is older than ``retention.ms``, then as many as keep
+  the log above ``retention.bytes``. Kafka rolls a breaching active segment and
+  deletes it on its next pass; here it is deleted in the same pass.
+* Timestamp lookups find the first record with timestamp >= target at record
+  granularity for uncompressed/gzip batches and at batch granularity (the
+  batch's first offset, its max timestamp) for snappy/lz4/zstd ones, which the
+  broker cannot decode.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rafka.protocol.records import (
+    MAGIC_V2,
+    BatchHeader,
+    CompressionType,
+    CorruptRecordError,
+    InvalidRecordError,
+    iter_records,
+    parse_header,
+    set_base_offset,
+    validate_batch,
+)
+from rafka.shard.log.config import LogConfig
+from rafka.shard.log.errors import Errors
+from rafka.shard.log.producers import BatchMetadata, ProducerStateManager
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+_MAGIC_OFFSET = 16
+
+
+@dataclass(slots=True)
+class Segment:
+    """A run of consecutive batches."""
+
+    base_offset: int
+    created_ms: int = -1  # append time of its first batch
+    batches: list[bytes] = field(default_factory=list)
+    base_offsets: list[int] = field(default_factory=list)
+    max_timestamps: list[int] = field(default_factory=list)
+    next_offset: int = 0  # offset after its last record
+    size: int = 0
+    retention_timestamp: int = -1  # newest record timestamp (append time if none)
+    max_timestamp: int = -1  # newest batch maxTimestamp
+
+    def __post_init__(self) -> None:
+        self.next_offset = max(self.next_offset, self.base_offset)
+
+
+@dataclass(slots=True)
+class AppendPlan:
+    """Outcome of ``prepare_append``: an error, a duplicate, or records to write."""
+
+    error: Errors = Errors.NONE
+    message: str | None = None
+    base_offset: int = -1
+    values: list[dict[str, Any]] = field(default_factory=list)
+    duplicate: BatchMetadata | None = None
+
+
+class PartitionLog:
+    """One partition's batches, offsets and producer state."""
+
+    def __init__(self, topic_id: str | None = None, overrides: dict[str, str] | None = None) -> None:
+        self.topic_id = topic_id
+        self.overrides: dict[str, str] = dict(overrides or {})
+        self.config = LogConfig.from_overrides(self.overrides, validate=False)
+        self.log_start_offset = 0
+        self.segments: list[Segment] = [Segment(0)]
+        self.producers = ProducerStateManager()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def log_end_offset(self) -> int:
+        """Offset the next appended record will get (LEO)."""
+        return self.segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """Offset up to which consumers may read; LEO with a single replica."""
+        return self.log_end_offset
+
+    @property
+    def size(self) -> int:
+        """Bytes held in all segments."""
+        return sum(s.size for s in self.segments)
+
+    def set_overrides(self, overrides: dict[str, str]) -> None:
+        """Adopt the topic's config overrides (replay only)."""
+        self.overrides = dict(overrides)
+        self.config = LogConfig.from_overrides(self.overrides, validate=False)
+
+    # ----------------------------------------------------------------- append
+
+    def prepare_append(self, batches: list[Any], now_ms: int, config: LogConfig | None = None) -> AppendPlan:
+        """Validate ``batches`` and plan their append (pure); see ``AppendPlan``.
+
+        Each batch passes ``validate_client_batch``, then the producer epoch and
+        sequence checks. Any failure rejects the whole request.
+        """
+        config = config or self.config
+        try:
+            headers = [validate_client_batch(batch, config.max_message_bytes) for batch in batches]
+        except AppendError as exc:
+            return AppendPlan(exc.error, str(exc))
+        producers = self.producers.fork({h.producer_id for h in headers}) if len(headers) > 1 else self.producers
+        leo, active = self.log_end_offset, self.segments[-1]
+        seg_size, seg_created, seg_empty = active.size, active.created_ms, not active.batches
+        plan = AppendPlan(base_offset=leo)
+        for batch, header in zip(batches, headers, strict=True):
+            error, duplicate = producers.check_append(header)
+            if error:
+                return AppendPlan(error, f"Producer {header.producer_id} rejected with {error.name}")
+            if duplicate is not None:
+                return AppendPlan(base_offset=duplicate.base_offset, duplicate=duplicate)
+            size = len(batch)
+            roll = not seg_empty and (
+                seg_size + size > config.segment_bytes or now_ms - seg_created >= config.segment_ms
+            )
+            if roll or seg_empty:
+                seg_size, seg_created, seg_empty = 0, now_ms, False
+            seg_size += size
+            stamped = set_base_offset(batch, leo)
+            plan.values.append({"batch": stamped, "append_ms": now_ms, "roll": roll})
+            if producers is not self.producers:
+                producers.update(parse_header(stamped), now_ms)
+            leo += header.last_offset_delta + 1
+        return plan
+
+    def apply_batch(self, value: dict[str, Any]) -> None:
+        """Append one planned batch (replay of a ``PARTITION_BATCH`` value)."""
+        batch = bytes(value["batch"])
+        header = parse_header(batch)
+        if header.base_offset != self.log_end_offset:
+            raise ValueError(f"batch at offset {header.base_offset} does not follow log end {self.log_end_offset}")
+        append_ms = value.get("append_ms", -1)
+        seg = self.segments[-1]
+        if value.get("roll") and seg.batches:
+            seg = Segment(header.base_offset)
+            self.segments.append(seg)
+        if not seg.batches:
+            seg.created_ms = append_ms
+        seg.batches.append(batch)
+        seg.base_offsets.append(header.base_offset)
+        seg.max_timestamps.append(header.max_timestamp)
+        seg.next_offset = header.last_offset + 1
+        seg.size += len(batch)
+        seg.max_timestamp = max(seg.max_timestamp, header.max_timestamp)
+        seg.retention_timestamp = max(
+            seg.retention_timestamp, header.max_timestamp if header.max_timestamp >= 0 else append_ms
+        )
+        self.producers.update(header, append_ms)
+
+    # ------------------------------------------------------------ log start
+
+    def apply_log_start(self, log_start_offset: int) -> None:
+        """Move the log start forward and drop segments wholly below it (replay)."""
+        if log_start_offset <= self.log_start_offset:
+            return
+        self.log_start_offset = log_start_offset
+        leo = self.log_end_offset
+        while self.segments and self.segments[0].next_offset <= log_start_offset and self.segments[0].batches:
+            self.segments.pop(0)
+        if not self.segments:
+            self.segments.append(Segment(leo))
+
+    def retention_log_start(self, now_ms: int, config: LogConfig | None = None) -> int | None:
+        """The log start retention would move to (pure), or ``None`` if nothing expires."""
+        config = config or self.config
+        segments = [s for s in self.segments if s.batches]
+        deleted = 0
+        if config.retention_ms >= 0:
+            while deleted < len(segments) and now_ms - segments[deleted].retention_timestamp > config.retention_ms:
+                deleted += 1
+        if config.retention_bytes >= 0:
+            excess = sum(s.size for s in segments[deleted:]) - config.retention_bytes
+            while deleted < len(segments) and excess - segments[deleted].size >= 0:
+                excess -= segments[deleted].size
+                deleted += 1
+        if deleted == 0:
+            return None
+        new_start = segments[deleted - 1].next_offset
+        return new_start if new_start > self.log_start_offset else None
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, fetch_offset: int, max_bytes: int, min_one: bool = True) -> tuple[Errors, list[bytes]]:
+        """Whole batches from the one containing ``fetch_offset`` up to ``max_bytes``.
+
+        OFFSET_OUT_OF_RANGE if ``fetch_offset`` is below the log start or past LEO;
+        at LEO the answer is empty. With ``min_one`` the first batch is returned
+        even when it alone exceeds ``max_bytes``.
+        """
+        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
+            return Errors.OFFSET_OUT_OF_RANGE, []
+        out: list[bytes] = []
+        if fetch_offset == self.log_end_offset:
+            return Errors.NONE, out
+        si = bisect.bisect_right(self.segments, fetch_offset, key=lambda s: s.base_offset) - 1
+        bi = max(bisect.bisect_right(self.segments[si].base_offsets, fetch_offset) - 1, 0)
+        total = 0
+        for seg in self.segments[si:]:
+            for batch in seg.batches[bi:]:
+                if total + len(batch) > max_bytes and (out or not min_one):
+                    return Errors.NONE, out
+                out.append(batch)
+                total += len(batch)
+            bi = 0
+        return Errors.NONE, out
+
+    def _live_batches(self, min_timestamp: int | None = None) -> Iterator[tuple[bytes, int]]:
+        """``(batch, max_timestamp)`` of batches at/after the log start, skipping old segments."""
+        for seg in self.segments:
+            if seg.next_offset <= self.log_start_offset or not seg.batches:
+                continue
+            if min_timestamp is not None and seg.max_timestamp < min_timestamp:
+                continue
+            first = max(bisect.bisect_right(seg.base_offsets, self.log_start_offset) - 1, 0)
+            for i in range(first, len(seg.batches)):
+                yield seg.batches[i], seg.max_timestamps[i]
+
+    def list_offset(self, timestamp: int) -> tuple[int, int]:
+        """ListOffsets for one timestamp: ``(offset, timestamp)``, ``(-1, -1)`` if none.
+
+        -2 earliest (log start), -1 latest (LEO), -3 the record with the largest
+        timestamp, -4 earliest local (= earliest); otherwise the first record
+        with timestamp >= ``timestamp`` at or after the log start.
+        """
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return self.log_start_offset, -1
+        if timestamp == LATEST_TIMESTAMP:
+            return self.log_end_offset, -1
+        if timestamp == MAX_TIMESTAMP:
+            best: tuple[bytes, int] | None = None
+            for batch, max_ts in self._live_batches():
+                if best is None or max_ts > best[1]:
+                    best = (batch, max_ts)
+            return (-1, -1) if best is None else self._find_in_batch(best[0], best[1], exact=True)
+        if timestamp < 0:
+            return -1, -1
+        for batch, max_ts in self._live_batches(timestamp):
+            if max_ts >= timestamp:
+                found = self._find_in_batch(batch, timestamp, exact=False)
+                if found[0] >= 0:
+                    return found
+        return -1, -1
+
+    def _find_in_batch(self, batch: bytes, timestamp: int, *, exact: bool) -> tuple[int, int]:
+        """First record (at/after log start) with ts == (exact) or >= ``timestamp``."""
+        header = parse_header(batch)
+        if header.compression not in (CompressionType.NONE, CompressionType.GZIP):
+            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+        for record in iter_records(batch):
+            if record.offset < self.log_start_offset:
+                continue
+            if record.timestamp == timestamp or (not exact and record.timestamp >= timestamp):
+                return record.offset, record.timestamp
+        if exact:  # the batch header claims a max the records do not carry (e.g. LogAppendTime)
+            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+        return -1, -1
+
+
+class AppendError(Exception):
+    """A batch the broker refuses, with the Kafka error to answer."""
+
+    def __init__(self, error: Errors, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def validate_client_batch(batch: Any, max_message_bytes: int) -> BatchHeader:
+    """Check one producer batch in Kafka's order; raise ``AppendError`` or return its header.
+
+    Magic (INVALID_RECORD), size against ``max.message.bytes`` (MESSAGE_TOO_LARGE),
+    CRC (CORRUPT_MESSAGE), record count / control batch / missing sequence
+    (INVALID_RECORD), transactional (INVALID_TXN_STATE: no transactions here).
+    """
+    try:
+        if len(batch) > _MAGIC_OFFSET and batch[_MAGIC_OFFSET] != MAGIC_V2:
+            raise InvalidRecordError(f"record batch magic {batch[_MAGIC_OFFSET]} is not 2")
+        if len(batch) > max_message_bytes:
+            raise AppendError(
+                Errors.MESSAGE_TOO_LARGE,
+                f"The record batch size in the append is {len(batch)} bytes which exceeds the maximum "
+                f"configured value of {max_message_bytes}.",
+            )
+        header = validate_batch(batch)
+    except InvalidRecordError as exc:
+        raise AppendError(Errors.INVALID_RECORD, str(exc)) from None
+    except CorruptRecordError as exc:
+        raise AppendError(Errors.CORRUPT_MESSAGE, str(exc)) from None
+    if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+        raise AppendError(Errors.INVALID_RECORD, "Inconsistent batch offset range and count of records")
+    if header.is_control:
+        raise AppendError(Errors.INVALID_RECORD, "Clients are not allowed to write control records")
+    if header.has_producer_id and header.base_sequence < 0:
+        raise AppendError(Errors.INVALID_RECORD, f"Invalid sequence number {header.base_sequence}")
+    if header.is_transactional:
+        raise AppendError(Errors.INVALID_TXN_STATE, "Transactions are not supported by this broker")
+    return header

@@ -1,0 +1,168 @@
+"""Idempotent producers: producer id allocation and per-partition sequence state.
+
+How this works (Kafka's ProducerStateManager / ProducerAppendInfo / ProducerStateEntry):
+
+* ``ProducerIdManager`` answers InitProducerId without a transactional id with a
+  fresh id and epoch 0. Ids are ``(counter << SHARD_ID_BITS) | shard_id`` so two
+  shards never hand out the same id; each allocation is a ``PRODUCER_STATE``
+  record ``(org, producer_id) -> {producer_epoch, allocated_ms}`` whose replay
+  moves the counter past it, so ids stay unique across restarts.
+* Each partition keeps a ``ProducerStateManager``: for every producer id, its
+  epoch and the metadata of its last 5 batches (first/last sequence, offsets).
+  ``check_append`` validates an incoming batch without changing anything:
+  an epoch below the known one is INVALID_PRODUCER_EPOCH; a batch whose
+  sequence range equals one of the last 5 is a duplicate (the caller answers
+  with the original offset and stores nothing); otherwise the first sequence
+  must follow the last one (wrapping at int32 max), except that a new epoch
+  starts at 0 and an unknown producer may start anywhere (Kafka 4 accepts it).
+  ``update`` records an appended batch; it is called from replay only, so the
+  state is rebuilt from ``PARTITION_BATCH`` records exactly as Kafka rebuilds it
+  from the log.
+* A producer idle longer than ``producer.id.expiration.ms`` is forgotten through
+  a ``PRODUCER_STATE`` tombstone (see ``LogManager.retention``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from rafka.protocol.records import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from rafka.shard.log.errors import Errors
+from rafka.shard.records import Record, RecordType
+
+NUM_BATCHES_TO_RETAIN = 5
+PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
+SHARD_ID_BITS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """What is remembered of one appended batch."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    """One producer's state on one partition."""
+
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    last_append_ms: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        """Last sequence appended in the current epoch, or -1."""
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        """The cached batch with exactly this epoch and sequence range, if any."""
+        if epoch != self.producer_epoch:
+            return None
+        for meta in self.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        return None
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    """Whether ``next_seq`` directly follows ``last_seq`` (0 follows int32 max)."""
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class ProducerStateManager:
+    """Sequence/epoch state of the producers writing to one partition."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, ProducerStateEntry] = {}
+
+    def check_append(self, header: BatchHeader) -> tuple[Errors, BatchMetadata | None]:
+        """Validate ``header`` (pure). Returns ``(error, duplicate)``.
+
+        ``(NONE, meta)`` means the batch duplicates ``meta`` and must not be stored;
+        ``(NONE, None)`` means append it. Batches without a producer id always pass.
+        """
+        if not header.has_producer_id:
+            return Errors.NONE, None
+        entry = self.entries.get(header.producer_id)
+        if entry is None:
+            return Errors.NONE, None
+        epoch, first_seq = header.producer_epoch, header.base_sequence
+        if epoch < entry.producer_epoch:
+            return Errors.INVALID_PRODUCER_EPOCH, None
+        duplicate = entry.find_duplicate(epoch, first_seq, header.last_sequence)
+        if duplicate is not None:
+            return Errors.NONE, duplicate
+        if epoch != entry.producer_epoch:
+            if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
+                return Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, None
+        elif entry.producer_epoch != NO_PRODUCER_EPOCH and not in_sequence(entry.last_seq, first_seq):
+            return Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, None
+        return Errors.NONE, None
+
+    def update(self, header: BatchHeader, append_ms: int) -> None:
+        """Record an appended batch (replay only); ``header`` carries its assigned offset."""
+        if not header.has_producer_id or header.is_control:
+            return
+        entry = self.entries.get(header.producer_id)
+        if entry is None:
+            entry = self.entries[header.producer_id] = ProducerStateEntry(header.producer_id)
+        if entry.producer_epoch != header.producer_epoch:
+            entry.producer_epoch = header.producer_epoch
+            entry.batches.clear()
+        entry.batches.append(
+            BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset, header.last_offset)
+        )
+        entry.last_append_ms = max(entry.last_append_ms, append_ms)
+
+    def fork(self, producer_ids: set[int]) -> ProducerStateManager:
+        """A scratch copy holding only ``producer_ids``, for validating several batches at once."""
+        scratch = ProducerStateManager()
+        for pid in producer_ids:
+            entry = self.entries.get(pid)
+            if entry is not None:
+                scratch.entries[pid] = ProducerStateEntry(
+                    pid, entry.producer_epoch, deque(entry.batches, maxlen=NUM_BATCHES_TO_RETAIN), entry.last_append_ms
+                )
+        return scratch
+
+    def remove(self, producer_id: int) -> None:
+        """Forget a producer (expiry)."""
+        self.entries.pop(producer_id, None)
+
+
+class ProducerIdManager:
+    """Allocates producer ids that are unique across shards and restarts."""
+
+    def __init__(self, shard_id: int, *, shard_id_bits: int = SHARD_ID_BITS) -> None:
+        if not 0 <= shard_id < (1 << shard_id_bits):
+            raise ValueError(f"shard id {shard_id} does not fit in {shard_id_bits} bits")
+        self.shard_id = shard_id
+        self.shard_id_bits = shard_id_bits
+        self.next_counter = 0
+
+    def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int) -> tuple[list[Record], dict[str, Any]]:
+        """InitProducerId. ``op = {transactional_id, transaction_timeout_ms, producer_id, producer_epoch}``.
+
+        Without a transactional id Kafka always hands out a new id with epoch 0
+        (even when the producer sends its old id, KIP-360). Transactions are not
+        supported: a transactional id answers UNSUPPORTED_VERSION.
+        Response: ``{error_code, producer_id, producer_epoch}``.
+        """
+        if op.get("transactional_id") is not None:
+            return [], {"error_code": Errors.UNSUPPORTED_VERSION, "producer_id": -1, "producer_epoch": -1}
+        producer_id = (self.next_counter << self.shard_id_bits) | self.shard_id
+        record = Record(RecordType.PRODUCER_STATE, (org_id, producer_id), {"producer_epoch": 0, "allocated_ms": now_ms})
+        return [record], {"error_code": Errors.NONE, "producer_id": producer_id, "producer_epoch": 0}
+
+    def replay(self, record: Record) -> None:
+        """Move the counter past an allocated id (ids of other shards are ignored)."""
+        producer_id = record.key[1]
+        if record.value is not None and producer_id & ((1 << self.shard_id_bits) - 1) == self.shard_id:
+            self.next_counter = max(self.next_counter, (producer_id >> self.shard_id_bits) + 1)

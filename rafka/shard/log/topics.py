@@ -1,0 +1,360 @@
+"""The topic catalogue of an organisation: names, ids, partition counts, configs.
+
+How this works: one shard owns an org's catalogue; gateways ask it to create,
+delete, grow and describe topics. The handlers are pure: they validate in the
+order Kafka's controller does (name, duplicate in request, existence, '.'/'_'
+collision, replication factor, partition count, configs) and return ``TOPIC``
+records (key ``(org, name)``, value ``{id, partitions, configs, created_ms}``, or
+``None`` for a deleted topic) with the response. ``replay`` is the only code that
+changes the catalogue. Topic ids are random UUIDs, kept as strings in records and
+exposed as ``uuid.UUID``; a failed or validate-only create answers the zero UUID.
+
+The catalogue knows nothing of partition data: after a DeleteTopics the gateway
+tells the shards that own the partitions to drop them (``LogManager.delete_partitions``).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rafka.shard.log.config import InvalidConfigError, describe, normalize_overrides
+from rafka.shard.log.errors import Errors
+from rafka.shard.records import Record, RecordType
+
+TOPIC_NAME_MAX = 249
+ZERO_UUID = uuid.UUID(int=0)
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+Result = tuple[list[Record], dict[str, Any]]
+
+
+def validate_topic_name(name: str) -> str | None:
+    """Kafka's topic-name rule (Topic.validate); returns an error message or ``None``."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return 'Topic name cannot be "." or ".."'
+    if len(name) > TOPIC_NAME_MAX:
+        return f"Topic name is illegal, it can't be longer than {TOPIC_NAME_MAX} characters, topic name: {name}"
+    if not _LEGAL_NAME.fullmatch(name):
+        return (
+            f'Topic name "{name}" is illegal, it contains a character other than '
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+    return None
+
+
+def _collision_key(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def _as_uuid(value: Any) -> uuid.UUID | None:
+    if value is None or isinstance(value, uuid.UUID):
+        return None if value == ZERO_UUID else value
+    if isinstance(value, bytes):
+        return uuid.UUID(bytes=value) if value != bytes(16) else None
+    return _as_uuid(uuid.UUID(str(value)))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One topic as the catalogue knows it."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    created_ms: int = 0
+
+    def record(self, org_id: str) -> Record:
+        """The ``TOPIC`` record that (re)creates this topic on replay."""
+        value = {
+            "id": str(self.topic_id),
+            "partitions": self.partitions,
+            "configs": dict(self.configs),
+            "created_ms": self.created_ms,
+        }
+        return Record(RecordType.TOPIC, (org_id, self.name), value)
+
+
+def _error(name: str | None, code: Errors, message: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "topic_id": ZERO_UUID, "error_code": code, "error_message": message, **extra}
+
+
+def _create_error(name: str | None, code: Errors, message: str | None = None) -> dict[str, Any]:
+    """A failed CreateTopics entry, shaped like a successful one (Kafka answers -1s)."""
+    return _error(name, code, message, num_partitions=-1, replication_factor=-1, configs=[])
+
+
+class TopicCatalog:
+    """Topics of every org this shard owns the catalogue for."""
+
+    def __init__(
+        self,
+        *,
+        default_partitions: int = 1,
+        max_partitions: int = 10_000,
+        new_topic_id: Callable[[], uuid.UUID] = uuid.uuid4,
+    ) -> None:
+        self.default_partitions = default_partitions
+        self.max_partitions = max_partitions
+        self._new_topic_id = new_topic_id
+        self._topics: dict[str, dict[str, TopicInfo]] = {}
+        self._by_id: dict[tuple[str, uuid.UUID], str] = {}
+        self._collisions: dict[tuple[str, str], str] = {}
+
+    # ------------------------------------------------------------------ reads
+
+    def topic(self, org_id: str, name: str) -> TopicInfo | None:
+        """The topic ``name`` of ``org_id``, or ``None``."""
+        return self._topics.get(org_id, {}).get(name)
+
+    def topic_by_id(self, org_id: str, topic_id: uuid.UUID | str) -> TopicInfo | None:
+        """The topic with ``topic_id`` in ``org_id``, or ``None``."""
+        tid = _as_uuid(topic_id)
+        name = self._by_id.get((org_id, tid)) if tid else None
+        return self.topic(org_id, name) if name else None
+
+    def list_topics(self, org_id: str) -> list[TopicInfo]:
+        """All topics of ``org_id``, sorted by name."""
+        return sorted(self._topics.get(org_id, {}).values(), key=lambda t: t.name)
+
+    def describe_topics(self, org_id: str, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Metadata view: ``[{name, topic_id, error_code, num_partitions, is_internal}]``.
+
+        ``names=None`` lists every topic; an unknown name answers
+        UNKNOWN_TOPIC_OR_PARTITION, an illegal one INVALID_TOPIC_EXCEPTION.
+        """
+        if names is None:
+            names = [t.name for t in self.list_topics(org_id)]
+        out = []
+        for name in names:
+            info = self.topic(org_id, name)
+            if info is None:
+                code = (
+                    Errors.INVALID_TOPIC_EXCEPTION if validate_topic_name(name) else Errors.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                out.append(
+                    {"name": name, "topic_id": ZERO_UUID, "error_code": code, "num_partitions": 0, "is_internal": False}
+                )
+            else:
+                out.append(
+                    {
+                        "name": name,
+                        "topic_id": info.topic_id,
+                        "error_code": Errors.NONE,
+                        "num_partitions": info.partitions,
+                        "is_internal": False,
+                    }
+                )
+        return out
+
+    def describe_configs(self, org_id: str, name: str, config_names: list[str] | None = None) -> dict[str, Any]:
+        """DescribeConfigs for one topic: ``{error_code, error_message, configs: [...]}``."""
+        info = self.topic(org_id, name)
+        if info is None:
+            return {
+                "error_code": Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                "error_message": f"Topic {name} not found",
+                "configs": [],
+            }
+        return {"error_code": Errors.NONE, "error_message": None, "configs": describe(info.configs, config_names)}
+
+    # --------------------------------------------------------------- handlers
+
+    def create_topics(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """CreateTopics. ``op = {topics: [create op...], validate_only}``; response ``{topics: [...]}``.
+
+        A name given twice in one request fails every copy with INVALID_REQUEST.
+        """
+        topics = op.get("topics", [])
+        counts: dict[str, int] = {}
+        for t in topics:
+            counts[t.get("name")] = counts.get(t.get("name"), 0) + 1
+        records: list[Record] = []
+        results = []
+        pending: dict[str, str] = {}  # collision key -> name, for topics created earlier in this request
+        for t in topics:
+            name = t.get("name")
+            if counts[name] > 1 and not validate_topic_name(name or ""):
+                results.append(_create_error(name, Errors.INVALID_REQUEST, f"Duplicate topic name {name} in request"))
+                continue
+            recs, result = self._create(org_id, {**t, "validate_only": op.get("validate_only", False)}, now_ms, pending)
+            records += recs
+            results.append(result)
+        return records, {"topics": results}
+
+    def create_topic(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """Create one topic. ``op = {name, num_partitions, replication_factor, configs, validate_only}``.
+
+        Response: ``{name, topic_id, error_code, error_message, num_partitions,
+        replication_factor, configs: [DescribeConfigs entries]}``; ``num_partitions``
+        -1 takes the default, ``replication_factor`` must be 1 or -1.
+        """
+        return self._create(org_id, op, now_ms, {})
+
+    def _create(self, org_id: str, op: dict[str, Any], now_ms: int, pending: dict[str, str]) -> Result:
+        name = op.get("name") or ""
+        if msg := validate_topic_name(name):
+            return [], _create_error(name, Errors.INVALID_TOPIC_EXCEPTION, msg)
+        if self.topic(org_id, name) is not None or pending.get(_collision_key(name)) == name:
+            return [], _create_error(name, Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        key = _collision_key(name)
+        clash = self._collisions.get((org_id, key)) or pending.get(key)
+        if clash:
+            return [], _create_error(
+                name, Errors.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {clash}"
+            )
+        rf = op.get("replication_factor", -1)
+        if rf not in (1, -1):
+            return [], _create_error(
+                name,
+                Errors.INVALID_REPLICATION_FACTOR,
+                f"Unable to replicate the partition {rf} time(s): only 1 broker is available."
+                if rf > 1
+                else "Replication factor must be larger than 0, or -1 to use the default value.",
+            )
+        partitions = op.get("num_partitions", -1)
+        partitions = self.default_partitions if partitions == -1 else partitions
+        if not 1 <= partitions <= self.max_partitions:
+            return [], _create_error(
+                name,
+                Errors.INVALID_PARTITIONS,
+                f"Number of partitions must be between 1 and {self.max_partitions}, or -1 for the default.",
+            )
+        try:
+            overrides = normalize_overrides(_config_map(op.get("configs")))
+        except InvalidConfigError as exc:
+            return [], _create_error(name, Errors.INVALID_CONFIG, str(exc))
+        ok = {
+            "error_code": Errors.NONE,
+            "error_message": None,
+            "num_partitions": partitions,
+            "replication_factor": 1,
+            "configs": describe(overrides),
+        }
+        if op.get("validate_only"):
+            return [], {"name": name, "topic_id": ZERO_UUID, **ok}
+        info = TopicInfo(name, self._new_topic_id(), partitions, overrides, now_ms)
+        pending[key] = name
+        return [info.record(org_id)], {"name": name, "topic_id": info.topic_id, **ok}
+
+    def delete_topics(self, org_id: str, op: dict[str, Any]) -> Result:
+        """DeleteTopics. ``op = {topics: [{name} | {topic_id}]}``.
+
+        Response ``{topics: [{name, topic_id, error_code, error_message, num_partitions}]}``;
+        an unknown name answers UNKNOWN_TOPIC_OR_PARTITION, an unknown id UNKNOWN_TOPIC_ID.
+        ``num_partitions`` tells the gateway which partition logs to drop.
+        """
+        records: list[Record] = []
+        results = []
+        seen: set[str] = set()
+        for t in op.get("topics", []):
+            tid = _as_uuid(t.get("topic_id"))
+            name = t.get("name")
+            if tid is not None:
+                info = self.topic_by_id(org_id, tid)
+                if info is None or info.name in seen:
+                    results.append(
+                        {
+                            **_error(name, Errors.UNKNOWN_TOPIC_ID, f"Topic id {tid} not found"),
+                            "topic_id": tid,
+                            "num_partitions": 0,
+                        }
+                    )
+                    continue
+            else:
+                info = self.topic(org_id, name or "")
+                if info is None or info.name in seen:
+                    results.append(
+                        {
+                            **_error(
+                                name,
+                                Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                "This server does not host this topic-partition.",
+                            ),
+                            "num_partitions": 0,
+                        }
+                    )
+                    continue
+            seen.add(info.name)
+            records.append(Record(RecordType.TOPIC, (org_id, info.name), None))
+            results.append(
+                {
+                    "name": info.name,
+                    "topic_id": info.topic_id,
+                    "error_code": Errors.NONE,
+                    "error_message": None,
+                    "num_partitions": info.partitions,
+                }
+            )
+        return records, {"topics": results}
+
+    def create_partitions(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """CreatePartitions. ``op = {topics: [{name, count}], validate_only}``; increase only.
+
+        Response ``{topics: [{name, error_code, error_message}]}``.
+        """
+        del now_ms  # the partition count has no timestamp of its own
+        names = [t.get("name") for t in op.get("topics", [])]
+        records: list[Record] = []
+        results = []
+        for t in op.get("topics", []):
+            name, count = t.get("name"), t.get("count", 0)
+            info = self.topic(org_id, name or "")
+            if names.count(name) > 1:
+                code, msg = Errors.INVALID_REQUEST, f"Duplicate topic name {name} in request"
+            elif info is None:
+                code, msg = Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+            elif count < info.partitions:
+                code, msg = (
+                    Errors.INVALID_PARTITIONS,
+                    (f"Topic currently has {info.partitions} partitions, which is higher than the requested {count}."),
+                )
+            elif count == info.partitions:
+                code, msg = Errors.INVALID_PARTITIONS, f"Topic already has {info.partitions} partitions."
+            elif count > self.max_partitions:
+                code, msg = Errors.INVALID_PARTITIONS, f"Number of partitions must be at most {self.max_partitions}."
+            else:
+                code, msg = Errors.NONE, None
+                if not op.get("validate_only"):
+                    grown = TopicInfo(info.name, info.topic_id, count, info.configs, info.created_ms)
+                    records.append(grown.record(org_id))
+            results.append({"name": name, "error_code": code, "error_message": msg})
+        return records, {"topics": results}
+
+    # ----------------------------------------------------------------- replay
+
+    def replay(self, record: Record) -> None:
+        """Apply one ``TOPIC`` record (create/update, or tombstone = delete)."""
+        if record.type != RecordType.TOPIC:
+            raise ValueError(f"TopicCatalog cannot replay record type {record.type}")
+        org_id, name = record.key[0], record.key[1]
+        topics = self._topics.setdefault(org_id, {})
+        old = topics.pop(name, None)
+        if old is not None:
+            self._by_id.pop((org_id, old.topic_id), None)
+            self._collisions.pop((org_id, _collision_key(name)), None)
+        if record.value is not None:
+            v = record.value
+            info = TopicInfo(
+                name, uuid.UUID(v["id"]), v["partitions"], dict(v.get("configs") or {}), v.get("created_ms", 0)
+            )
+            topics[name] = info
+            self._by_id[(org_id, info.topic_id)] = name
+            self._collisions[(org_id, _collision_key(name))] = name
+        elif not topics:
+            del self._topics[org_id]
+
+
+def _config_map(configs: Any) -> dict[str, Any]:
+    """Accept configs as ``{name: value}`` or Kafka's ``[{name, value}]`` list."""
+    if configs is None:
+        return {}
+    if isinstance(configs, dict):
+        return configs
+    return {c["name"]: c.get("value") for c in configs}

@@ -1,0 +1,164 @@
+"""`rafka serve` as a real subprocess, reached by every client library."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+
+from tests.integration.conftest import Rafka
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+
+def test_confluent_admin_lists_topics_and_describes_cluster(rafka: Rafka) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert [(b.id, b.host, b.port) for b in md.brokers.values()] == [(0, "127.0.0.1", rafka.port)]
+    cluster = admin.describe_cluster().result(timeout=10)
+    assert cluster.controller.port == rafka.port
+    assert [n.port for n in cluster.nodes] == [rafka.port]
+
+
+def test_kafka_python_without_version_pin(rafka: Rafka) -> None:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=rafka.bootstrap, request_timeout_ms=10000)
+    try:
+        cluster = admin.describe_cluster()
+        assert cluster["brokers"][0]["port"] == rafka.port
+        # FindCoordinator then OffsetFetch, routed to the owning shard: a new group has no offsets
+        assert admin.list_group_offsets("g-kp") == {"g-kp": {}}
+    finally:
+        admin.close()
+
+
+def test_aiokafka_bootstraps_and_finds_coordinator(rafka: Rafka) -> None:
+    import aiokafka
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    async def go() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=rafka.bootstrap)
+        await admin.start()
+        try:
+            groups = await admin.list_consumer_groups()
+            assert isinstance(groups, list)
+        finally:
+            await admin.close()
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=rafka.bootstrap)
+        await consumer.start()
+        try:
+            assert isinstance(await consumer.topics(), set)
+        finally:
+            await consumer.stop()
+
+    asyncio.run(go())
+
+
+def test_kcat_lists_metadata(rafka: Rafka) -> None:
+    out = subprocess.run(["kcat", "-b", rafka.bootstrap, "-L", "-m", "10"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert f"broker 0 at 127.0.0.1:{rafka.port} (controller)" in out.stdout
+
+
+def test_api_versions_lists_only_registered_apis(rafka: Rafka) -> None:
+    with RawClient("127.0.0.1", rafka.port) as c:
+        resp = c.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+    keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in resp["api_keys"]}
+    assert resp["error_code"] == 0
+    assert keys[11] == (0, 9) and keys[14] == (0, 5) and keys[12] == (0, 4)
+    assert keys[10] == (0, 6) and keys[18] == (0, 4)
+    assert 0 not in keys or keys[0][0] >= 3  # never advertises what Kafka 4 removed
+
+
+def test_unsupported_api_versions_version_answers_in_v0_format(rafka: Rafka) -> None:
+    with RawClient("127.0.0.1", rafka.port) as c:
+        # ApiVersions v9 does not exist; the header is v2 but the reply must be v0
+        frame = struct.pack(">hhi", 18, 9, 77) + struct.pack(">h", 1) + b"x" + b"\x00" + b"\x00\x00\x00"
+        c.send_raw(struct.pack(">i", len(frame)) + frame)
+        resp = c.read_response(18, 0)
+    assert resp["_correlation_id"] == 77
+    assert resp["error_code"] == 35
+    assert any(k["api_key"] == 18 and k["max_version"] == 4 for k in resp["api_keys"])
+
+
+def test_find_coordinator_batched_keys(rafka: Rafka) -> None:
+    with RawClient("127.0.0.1", rafka.port) as c:
+        resp = c.request(10, 4, {"key_type": 0, "coordinator_keys": ["a", "b", "c"]})
+    assert [(x["key"], x["node_id"], x["port"], x["error_code"]) for x in resp["coordinators"]] == [
+        (k, 0, rafka.port, 0) for k in ("a", "b", "c")]
+
+
+def test_pipelined_requests_answer_in_order(rafka: Rafka) -> None:
+    with RawClient("127.0.0.1", rafka.port) as c:
+        # interleave gateway-local and shard-routed requests, all sent before reading any reply
+        plan = [(10, 3, {"key": "g", "key_type": 0}), (16, 4, {"states_filter": []}),
+                (18, 3, {"client_software_name": "t", "client_software_version": "1"})] * 30
+        c.send_raw(b"".join(c.encode(k, v, b, correlation_id=i) for i, (k, v, b) in enumerate(plan)))
+        got = [c.read_response(k, v)["_correlation_id"] for k, v, _b in plan]
+    assert got == list(range(len(plan)))
+
+
+def _expect_closed(sock: socket.socket) -> None:
+    sock.settimeout(10)
+    try:
+        assert sock.recv(1) == b""
+    except ConnectionResetError:
+        pass
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x00" * 3,  # truncated size prefix, then close from our side below
+    struct.pack(">i", 2**31 - 1) + b"junk",  # 2 GiB size prefix
+    struct.pack(">i", -1),
+    struct.pack(">i", 8) + struct.pack(">hhi", 999, 0, 1),  # unknown API key
+    struct.pack(">i", 14) + struct.pack(">hhi", 11, 5, 1) + b"\x00\x01c" + b"\x00\x09g",  # JoinGroup, corrupt body
+    struct.pack(">i", 6) + b"\x00\x0b\x00",  # truncated header
+])
+def test_bad_input_closes_only_that_connection(rafka: Rafka, payload: bytes) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    assert admin.list_topics(timeout=10).brokers
+    bad = socket.create_connection(("127.0.0.1", rafka.port))
+    bad.sendall(payload)
+    if len(payload) >= 8:
+        _expect_closed(bad)
+    bad.close()
+    for _ in range(3):  # the broker keeps serving other clients
+        assert admin.list_topics(timeout=10).brokers
+    with RawClient("127.0.0.1", rafka.port) as c:
+        assert c.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})["error_code"] == 0
+
+
+def test_processes_are_named_and_a_dead_shard_is_restarted(fresh_rafka: Rafka) -> None:
+    import os
+    import signal
+
+    names = fresh_rafka.children()
+    assert {"rafka-gateway", "rafka-shard-0", "rafka-shard-1"} <= set(names)
+    os.kill(names["rafka-shard-1"], signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        now = fresh_rafka.children()
+        if now.get("rafka-shard-1") not in (None, names["rafka-shard-1"]):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("shard 1 was not restarted")
+    fresh_rafka.wait_ready(15)
+    assert "rafka-shard-1" in fresh_rafka.logs() and "restarting" in fresh_rafka.logs()
+
+
+def test_sigterm_stops_everything_within_ten_seconds(fresh_rafka: Rafka) -> None:
+    start = time.monotonic()
+    code = fresh_rafka.stop()
+    assert code == 0
+    assert time.monotonic() - start < 10

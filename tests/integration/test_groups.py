@@ -1,0 +1,182 @@
+"""Consumer groups through real clients against real rafka processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.integration.clients import Member, consumer, covers_exactly, create_topic, wait_for
+from tests.integration.conftest import Rafka
+
+pytestmark = pytest.mark.integration
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])
+def test_three_members_cover_every_partition_then_two(rafka: Rafka, strategy: str) -> None:
+    topic, group = _name("t"), _name("g")
+    create_topic(rafka.bootstrap, topic, 6)
+    members = [Member(rafka.bootstrap, group, topic, **{"partition.assignment.strategy": strategy}) for _ in range(3)]
+    try:
+        wait_for(lambda: covers_exactly(members, 6) and all(m.assigned for m in members), 45, "3-way split")
+        leaving = members.pop()
+        leaving.close()
+        wait_for(lambda: covers_exactly(members, 6) and all(len(m.assigned) == 3 for m in members), 45,
+                 "2-way split after a leave")
+    finally:
+        for m in members:
+            m.close()
+
+
+def test_sigkilled_consumer_is_evicted_after_session_timeout(rafka: Rafka) -> None:
+    topic, group = _name("t"), _name("g")
+    create_topic(rafka.bootstrap, topic, 4)
+    script = textwrap.dedent(f"""
+        from confluent_kafka import Consumer
+        c = Consumer({{"bootstrap.servers": "{rafka.bootstrap}", "group.id": "{group}", "session.timeout.ms": 6000,
+                      "heartbeat.interval.ms": 500}})
+        c.subscribe(["{topic}"])
+        while True:
+            c.poll(0.1)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script])
+    survivor = Member(rafka.bootstrap, group, topic)
+    try:
+        wait_for(lambda: 0 < len(survivor.assigned) < 4, 45, "split between the child and the survivor")
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        killed_at = time.monotonic()
+        wait_for(lambda: survivor.assigned == {0, 1, 2, 3}, 30, "survivor takes every partition")
+        assert time.monotonic() - killed_at >= 4.0  # not before the 6 s session timeout (minus slack)
+    finally:
+        survivor.close()
+        if child.poll() is None:
+            child.kill()
+
+
+def test_static_member_restart_keeps_partitions_without_rebalance(rafka: Rafka) -> None:
+    topic, group = _name("t"), _name("g")
+    create_topic(rafka.bootstrap, topic, 4)
+    static = {"group.instance.id": "static-a", "session.timeout.ms": 10000}
+    a = Member(rafka.bootstrap, group, topic, **static)
+    b = Member(rafka.bootstrap, group, topic, **{"group.instance.id": "static-b", "session.timeout.ms": 10000})
+    try:
+        wait_for(lambda: covers_exactly([a, b], 4) and a.assigned and b.assigned, 45, "static split")
+        a_parts = set(a.assigned)
+        b_events = len(b.events)
+        a.close()  # static members send no LeaveGroup
+        a2 = Member(rafka.bootstrap, group, topic, **static)
+        try:
+            wait_for(lambda: a2.assigned == a_parts, 30, "restarted static member gets its partitions back")
+            time.sleep(2)
+            assert b.events[b_events:] == [], "the other member must see no revocation"
+        finally:
+            a2.close()
+    finally:
+        b.close()
+
+
+def test_commit_leave_rejoin_resumes_from_committed_offsets(rafka: Rafka) -> None:
+    topic, group = _name("t"), _name("g")
+    create_topic(rafka.bootstrap, topic, 2)
+    c = consumer(rafka.bootstrap, group)
+    c.subscribe([topic])
+    wait_for(lambda: (c.poll(0.1), len(c.assignment()) == 2)[1], 30, "assignment")
+    c.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 1, 7)], asynchronous=False)
+    c.close()
+    c2 = consumer(rafka.bootstrap, group)
+    try:
+        got = c2.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
+        assert [(p.partition, p.offset) for p in got] == [(0, 5), (1, 7)]
+    finally:
+        c2.close()
+
+
+def test_mixed_client_group(rafka: Rafka) -> None:
+    from kafka import KafkaConsumer
+
+    topic, group = _name("t"), _name("g")
+    create_topic(rafka.bootstrap, topic, 6)
+    ck = Member(rafka.bootstrap, group, topic)
+    kp = KafkaConsumer(topic, bootstrap_servers=rafka.bootstrap, group_id=group, session_timeout_ms=6000,
+                       heartbeat_interval_ms=500, enable_auto_commit=False)
+
+    async def run_aiokafka(stop: asyncio.Event, seen: dict[str, set[int]]) -> None:
+        import aiokafka
+
+        c = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=rafka.bootstrap, group_id=group,
+                                      session_timeout_ms=6000, heartbeat_interval_ms=500, enable_auto_commit=False)
+        await c.start()
+        try:
+            while not stop.is_set():
+                await c.getmany(timeout_ms=100)
+                seen["ak"] = {tp.partition for tp in c.assignment()}
+        finally:
+            await c.stop()
+
+    import threading
+
+    seen: dict[str, set[int]] = {"ak": set()}
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    t = threading.Thread(target=lambda: loop.run_until_complete(run_aiokafka(stop, seen)), daemon=True)
+    t.start()
+    try:
+        def balanced() -> bool:
+            kp.poll(timeout_ms=100)
+            kp_parts = {tp.partition for tp in kp.assignment()}
+            parts = [*ck.assigned, *kp_parts, *seen["ak"]]
+            return sorted(parts) == list(range(6)) and bool(ck.assigned) and bool(kp_parts) and bool(seen["ak"])
+
+        wait_for(balanced, 60, "a group of confluent-kafka, kafka-python and aiokafka members")
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        t.join(15)
+        kp.close()
+        ck.close()
+
+
+def test_admin_list_describe_delete_groups_and_offsets(rafka: Rafka) -> None:
+    topic, group = _name("t"), _name("g")
+    create_topic(rafka.bootstrap, topic, 3)
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    m = Member(rafka.bootstrap, group, topic)
+    try:
+        wait_for(lambda: m.assigned == {0, 1, 2}, 30, "assignment")
+        listed = admin.list_consumer_groups().result(timeout=10)
+        assert group in {g.group_id for g in listed.valid}
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        assert str(desc.state).endswith("STABLE")
+        assert len(desc.members) == 1
+        assert sorted(tp.partition for tp in desc.members[0].assignment.topic_partitions) == [0, 1, 2]
+        # a non-empty group cannot be deleted
+        with pytest.raises(Exception, match="NON_EMPTY_GROUP"):
+            admin.delete_consumer_groups([group])[group].result(timeout=10)
+    finally:
+        m.close()
+    wait_for(lambda: str(admin.describe_consumer_groups([group])[group].result(timeout=10).state).endswith("EMPTY"),
+             20, "group empty after the member left")
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 11), TopicPartition(topic, 1, 22)])
+    admin.alter_consumer_group_offsets([req])[group].result(timeout=10)
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=10)
+    assert sorted((tp.partition, tp.offset) for tp in listed.topic_partitions) == [(0, 11), (1, 22)]
+    admin.delete_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])])[group] \
+        .result(timeout=10)
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=10)
+    assert sorted((tp.partition, tp.offset) for tp in listed.topic_partitions) == [(1, 22)]
+    admin.delete_consumer_groups([group])[group].result(timeout=10)
+    listed = admin.list_consumer_groups().result(timeout=10)
+    assert group not in {g.group_id for g in listed.valid}

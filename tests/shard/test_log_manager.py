@@ -1,0 +1,323 @@
+"""LogManager handlers: produce, fetch, list offsets, delete records, retention, replay."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+import pytest
+
+from rafka.protocol.records import CompressionType, SimpleRecord, build_batch, parse_header, split_batches
+from rafka.shard.log.errors import Errors
+from rafka.shard.log.manager import LogManager, appended_partitions
+from rafka.shard.records import Record, RecordType
+
+ORG = "acme"
+
+
+def batch(n: int = 1, ts: int = 1000, size: int = 10, **kw: Any) -> bytes:
+    return build_batch([SimpleRecord(b"k", b"v" * size, ts + i) for i in range(n)], **kw)
+
+
+# two one-record batches per segment; the catalog would refuse so small a segment.bytes,
+# but partition logs take the configs the gateway passes as given
+SMALL_SEGMENTS = {"segment.bytes": str(2 * len(batch()))}
+
+
+class Ctx:
+    def __init__(self) -> None:
+        self.manager = LogManager()
+        self.records: list[Record] = []
+
+    def apply(self, records: list[Record]) -> None:
+        for r in records:
+            self.manager.replay(r)
+        self.records += records
+
+    def produce(self, *parts: dict[str, Any], acks: int = -1, now_ms: int = 0) -> list[dict[str, Any]]:
+        records, resp = self.manager.produce(ORG, {"acks": acks, "timeout_ms": 100, "partitions": list(parts)}, now_ms)
+        self.apply(records)
+        return resp["partitions"]
+
+    def put(self, data: bytes, topic: str = "t", partition: int = 0, now_ms: int = 0, **kw: Any) -> dict[str, Any]:
+        return self.produce({"topic": topic, "partition": partition, "records": data, **kw}, now_ms=now_ms)[0]
+
+    def fetch(
+        self, *parts: tuple[str, int, int], max_bytes: int = 2**31 - 1, pmax: int = 2**20, isolation_level: int = 0
+    ) -> list[dict[str, Any]]:
+        op = {
+            "max_bytes": max_bytes,
+            "isolation_level": isolation_level,
+            "partitions": [
+                {"topic": t, "partition": p, "fetch_offset": o, "partition_max_bytes": pmax} for t, p, o in parts
+            ],
+        }
+        return self.manager.fetch(ORG, op)["partitions"]
+
+    def offsets(self, timestamp: int, topic: str = "t") -> tuple[int, int]:
+        [r] = self.manager.list_offsets(
+            ORG, {"partitions": [{"topic": topic, "partition": 0, "timestamp": timestamp}]}
+        )["partitions"]
+        return r["offset"], r["timestamp"]
+
+    def delete_records(self, offset: int, topic: str = "t") -> dict[str, Any]:
+        records, resp = self.manager.delete_records(
+            ORG, {"partitions": [{"topic": topic, "partition": 0, "offset": offset}]}
+        )
+        self.apply(records)
+        return resp["partitions"][0]
+
+
+@pytest.fixture
+def ctx() -> Ctx:
+    return Ctx()
+
+
+def test_produce_then_fetch_returns_stored_batches_with_offsets(ctx: Ctx) -> None:
+    assert ctx.put(batch(3))["base_offset"] == 0
+    resp = ctx.put(batch(2))
+    assert resp == {
+        "topic": "t",
+        "partition": 0,
+        "error_code": Errors.NONE,
+        "error_message": None,
+        "base_offset": 3,
+        "log_append_time_ms": -1,
+        "log_start_offset": 0,
+        "record_errors": [],
+    }
+    [f] = ctx.fetch(("t", 0, 0))
+    assert (f["error_code"], f["high_watermark"], f["last_stable_offset"], f["log_start_offset"]) == (0, 5, 5, 0)
+    assert f["aborted_transactions"] is None
+    assert [parse_header(b).base_offset for b in split_batches(f["records"])] == [0, 3]
+
+
+def test_compressed_batches_are_stored_and_served_byte_for_byte(ctx: Ctx) -> None:
+    gz = build_batch([SimpleRecord(None, b"z" * 100, 7)] * 5, compression=CompressionType.GZIP)
+    ctx.put(gz)
+    served = ctx.fetch(("t", 0, 0))[0]["records"]
+    assert served[8:] == gz[8:] and parse_header(served).compression == CompressionType.GZIP
+
+
+@pytest.mark.parametrize("acks", [2, -2, 5])
+def test_invalid_acks(ctx: Ctx, acks: int) -> None:
+    [r] = ctx.produce({"topic": "t", "partition": 0, "records": batch()}, acks=acks)
+    assert r["error_code"] == Errors.INVALID_REQUIRED_ACKS and ctx.records == []
+
+
+def test_acks_zero_and_one_are_accepted(ctx: Ctx) -> None:
+    assert ctx.produce({"topic": "t", "partition": 0, "records": batch()}, acks=0)[0]["error_code"] == Errors.NONE
+    assert ctx.produce({"topic": "t", "partition": 0, "records": batch()}, acks=1)[0]["base_offset"] == 1
+
+
+def test_corrupt_crc_stores_nothing(ctx: Ctx) -> None:
+    raw = bytearray(batch(2))
+    raw[-1] ^= 1
+    r = ctx.put(bytes(raw))
+    assert (r["error_code"], r["base_offset"], r["log_start_offset"]) == (Errors.CORRUPT_MESSAGE, -1, -1)
+    assert ctx.records == [] and ctx.manager.log_end_offset(ORG, "t", 0) == 0
+
+
+@pytest.mark.parametrize("data", [batch()[:-3], batch()[:10], b"\x00" * 12 + b"\x01"])
+def test_bad_framing_is_corrupt_message(ctx: Ctx, data: bytes) -> None:
+    assert ctx.put(data)["error_code"] == Errors.CORRUPT_MESSAGE and ctx.records == []
+
+
+def test_magic_other_than_two_is_invalid_record(ctx: Ctx) -> None:
+    raw = bytearray(batch())
+    raw[16] = 1
+    assert ctx.put(bytes(raw))["error_code"] == Errors.INVALID_RECORD
+
+
+def test_exactly_one_batch_per_partition(ctx: Ctx) -> None:
+    assert ctx.put(batch() + batch())["error_code"] == Errors.INVALID_RECORD
+    assert ctx.put(b"")["error_code"] == Errors.INVALID_RECORD
+    assert ctx.records == []
+
+
+def test_inconsistent_record_count_is_invalid_record(ctx: Ctx) -> None:
+    raw = bytearray(batch(3))
+    struct.pack_into(">i", raw, 57, 2)  # recordsCount, covered by the CRC: recompute
+    struct.pack_into(">I", raw, 17, __import__("crc32c").crc32c(bytes(raw[21:])))
+    assert ctx.put(bytes(raw))["error_code"] == Errors.INVALID_RECORD
+
+
+def test_message_too_large_default_and_configured(ctx: Ctx) -> None:
+    big = batch(size=1048588)
+    assert ctx.put(big)["error_code"] == Errors.MESSAGE_TOO_LARGE
+    small = batch(size=50)
+    assert ctx.put(small, configs={"max.message.bytes": str(len(small) - 1)})["error_code"] == Errors.MESSAGE_TOO_LARGE
+    assert ctx.put(small, configs={"max.message.bytes": str(len(small))})["error_code"] == Errors.NONE
+    assert ctx.manager.log_end_offset(ORG, "t", 0) == 1
+
+
+def test_one_op_carries_several_partitions_and_errors_stay_per_partition(ctx: Ctx) -> None:
+    bad = bytearray(batch())
+    bad[-1] ^= 1
+    resp = ctx.produce(
+        {"topic": "a", "partition": 0, "records": batch(2)},
+        {"topic": "a", "partition": 1, "records": bytes(bad)},
+        {"topic": "b", "partition": 0, "records": batch()},
+        {"topic": "a", "partition": 0, "records": batch()},
+    )
+    assert [r["error_code"] for r in resp] == [Errors.NONE, Errors.CORRUPT_MESSAGE, Errors.NONE, Errors.INVALID_REQUEST]
+    assert appended_partitions(ctx.records) == {(ORG, "a", 0), (ORG, "b", 0)}
+
+
+def test_fetch_out_of_range_reports_minus_one(ctx: Ctx) -> None:
+    ctx.put(batch(2))
+    [f] = ctx.fetch(("t", 0, 3))
+    assert (f["error_code"], f["high_watermark"], f["log_start_offset"], f["records"]) == (1, -1, -1, b"")
+    assert ctx.fetch(("t", 0, 2))[0]["error_code"] == Errors.NONE  # at the high watermark: empty, no error
+
+
+def test_fetch_of_partition_without_data_is_empty(ctx: Ctx) -> None:
+    [f] = ctx.fetch(("never", 0, 0), isolation_level=1)
+    assert (f["error_code"], f["high_watermark"], f["records"], f["aborted_transactions"]) == (0, 0, b"", [])
+    assert ctx.fetch(("never", 0, 1))[0]["error_code"] == Errors.OFFSET_OUT_OF_RANGE
+
+
+def test_fetch_byte_limits_and_min_one_batch(ctx: Ctx) -> None:
+    one = len(batch())
+    for topic in ("a", "b"):
+        for _ in range(3):
+            ctx.put(batch(), topic=topic)
+    parts = (("a", 0, 0), ("b", 0, 0))
+    sizes = [len(f["records"]) for f in ctx.fetch(*parts, pmax=one * 2)]
+    assert sizes == [one * 2, one * 2]
+    sizes = [len(f["records"]) for f in ctx.fetch(*parts, max_bytes=one * 4)]
+    assert sizes == [one * 3, one]
+    sizes = [len(f["records"]) for f in ctx.fetch(*parts, max_bytes=1)]
+    assert sizes == [one, 0]  # only the first partition with data may exceed the limit
+    sizes = [len(f["records"]) for f in ctx.fetch(("x", 0, 0), ("a", 0, 0), pmax=1)]
+    assert sizes == [0, one]  # an empty partition does not use up the "at least one batch"
+
+
+def test_list_offsets(ctx: Ctx) -> None:
+    assert ctx.offsets(-1) == (0, -1) and ctx.offsets(-3) == (-1, -1) and ctx.offsets(5) == (-1, -1)
+    ctx.put(batch(3, ts=100))
+    ctx.put(batch(2, ts=50))
+    assert ctx.offsets(-2) == (0, -1) and ctx.offsets(-1) == (5, -1)
+    assert ctx.offsets(-3) == (2, 102) and ctx.offsets(101) == (1, 101) and ctx.offsets(103) == (-1, -1)
+
+
+def test_delete_records_moves_log_start(ctx: Ctx) -> None:
+    ctx.put(batch(3))
+    ctx.put(batch(3))
+    assert ctx.delete_records(4) == {"topic": "t", "partition": 0, "low_watermark": 4, "error_code": Errors.NONE}
+    assert ctx.records[-1] == Record(RecordType.PARTITION_TRUNCATE, (ORG, "t", 0), {"log_start_offset": 4})
+    assert ctx.fetch(("t", 0, 3))[0]["error_code"] == Errors.OFFSET_OUT_OF_RANGE
+    [f] = ctx.fetch(("t", 0, 4))
+    assert f["log_start_offset"] == 4 and parse_header(f["records"]).base_offset == 3  # whole batch served
+    assert ctx.offsets(-2) == (4, -1) and ctx.put(batch())["log_start_offset"] == 4
+    n = len(ctx.records)
+    assert ctx.delete_records(2)["low_watermark"] == 4 and len(ctx.records) == n  # never backwards
+    assert ctx.delete_records(8)["error_code"] == Errors.OFFSET_OUT_OF_RANGE
+    assert ctx.delete_records(-1)["low_watermark"] == 7  # -1: up to the high watermark
+    assert ctx.fetch(("t", 0, 7))[0]["records"] == b""
+
+
+def test_delete_records_on_empty_partition(ctx: Ctx) -> None:
+    assert ctx.delete_records(-1)["low_watermark"] == 0 and ctx.delete_records(0)["error_code"] == Errors.NONE
+    assert ctx.delete_records(1)["error_code"] == Errors.OFFSET_OUT_OF_RANGE and ctx.records == []
+
+
+def test_retention_by_time_with_a_hand_driven_clock(ctx: Ctx) -> None:
+    configs = {**SMALL_SEGMENTS, "retention.ms": "1000"}
+    for t in range(0, 600, 100):  # 6 batches, 2 per segment, timestamps = append times
+        ctx.put(batch(ts=t), now_ms=t, configs=configs)
+    assert [len(s.batches) for s in ctx.manager.log(ORG, "t", 0).segments] == [2, 2, 2]  # type: ignore[union-attr]
+    assert ctx.manager.retention(1000) == []
+    records = ctx.manager.retention(1101)
+    assert records == [Record(RecordType.PARTITION_TRUNCATE, (ORG, "t", 0), {"log_start_offset": 2})]
+    ctx.apply(records)
+    assert ctx.offsets(-2) == (2, -1) and ctx.fetch(("t", 0, 1))[0]["error_code"] == Errors.OFFSET_OUT_OF_RANGE
+    ctx.apply(ctx.manager.retention(5000))
+    assert ctx.offsets(-2) == (6, -1) and ctx.offsets(-1) == (6, -1)
+    assert ctx.put(batch(), now_ms=5000)["base_offset"] == 6
+
+
+def test_retention_by_size(ctx: Ctx) -> None:
+    one = len(batch())
+    configs = {**SMALL_SEGMENTS, "retention.bytes": str(one * 3)}
+    for _ in range(6):
+        ctx.put(batch(), configs=configs)
+    ctx.apply(ctx.manager.retention(0))
+    assert ctx.offsets(-2) == (2, -1) and ctx.manager.log(ORG, "t", 0).size == one * 4  # type: ignore[union-attr]
+
+
+def test_update_configs_lowers_retention_without_new_data(ctx: Ctx) -> None:
+    ctx.put(batch(ts=0))
+    assert ctx.manager.retention(10**8) == []  # default retention: one week
+    records, resp = ctx.manager.update_configs(ORG, {"topic": "t", "configs": {"retention.ms": "1000"}})
+    assert resp == {"partitions": [0]}
+    ctx.apply(records)
+    ctx.apply(ctx.manager.retention(10**8))
+    assert ctx.offsets(-2) == (1, -1)
+
+
+def test_delete_partitions_and_recreated_topic_starts_afresh(ctx: Ctx) -> None:
+    ctx.put(batch(3), topic_id="id-1")
+    ctx.put(batch(), partition=1, topic_id="id-1")
+    records, resp = ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": None})
+    assert resp == {"partitions": [0, 1]} and all(r.value is None for r in records)
+    ctx.apply(records)
+    assert ctx.manager.log(ORG, "t", 0) is None and ctx.fetch(("t", 0, 0))[0]["high_watermark"] == 0
+    ctx.put(batch(3), topic_id="id-2")
+    # a stale log of a deleted incarnation is replaced on the next produce of the new one
+    assert ctx.put(batch(), topic_id="id-3")["base_offset"] == 0
+    assert ctx.records[-2] == Record(RecordType.PARTITION_TRUNCATE, (ORG, "t", 0), None)
+    f = ctx.manager.fetch(ORG, {"partitions": [{"topic": "t", "partition": 0, "fetch_offset": 0, "topic_id": "id-2"}]})
+    assert f["partitions"][0]["high_watermark"] == 0  # asking for the old incarnation sees nothing
+
+
+def test_orgs_do_not_see_each_other(ctx: Ctx) -> None:
+    ctx.put(batch(2))
+    op = {"partitions": [{"topic": "t", "partition": 0, "fetch_offset": 0, "partition_max_bytes": 1000}]}
+    assert ctx.manager.fetch("other", op)["partitions"][0]["records"] == b""
+
+
+def test_handlers_are_pure(ctx: Ctx) -> None:
+    ctx.manager.produce(ORG, {"partitions": [{"topic": "t", "partition": 0, "records": batch()}]}, 0)
+    ctx.manager.delete_records(ORG, {"partitions": [{"topic": "t", "partition": 0, "offset": 0}]})
+    assert ctx.manager.logs == {}
+    with pytest.raises(ValueError):
+        ctx.manager.replay(Record(RecordType.TOPIC, (ORG, "t"), None))
+
+
+def test_replay_through_msgpack_rebuilds_the_same_log(ctx: Ctx) -> None:
+    configs = {**SMALL_SEGMENTS, "retention.ms": "1000"}
+    for t in range(0, 1000, 100):
+        ctx.put(batch(2, ts=t, producer_id=5, producer_epoch=0, base_sequence=t // 50), now_ms=t, configs=configs)
+        ctx.put(batch(1, ts=t), partition=1, now_ms=t, topic_id="tid")
+    assert ctx.manager.log_end_offset(ORG, "t", 0) == 20 and ctx.manager.log_end_offset(ORG, "t", 1) == 10
+    ctx.delete_records(3)
+    ctx.apply(ctx.manager.retention(1500))
+    assert ctx.offsets(-2) == (10, -1)  # retention dropped the five one-batch segments older than 1000 ms
+    fresh = LogManager()
+    for r in ctx.records:
+        raw = msgpack.unpackb(msgpack.packb([r.type, r.key, r.value]))
+        fresh.replay(Record(raw[0], tuple(raw[1]), raw[2]))
+    for key, log in ctx.manager.logs.items():
+        other = fresh.logs[key]
+        assert [(s.base_offset, s.batches, s.size, s.created_ms) for s in log.segments] == [
+            (s.base_offset, s.batches, s.size, s.created_ms) for s in other.segments
+        ]
+        assert (log.log_start_offset, log.log_end_offset, log.overrides, log.topic_id) == (
+            other.log_start_offset,
+            other.log_end_offset,
+            other.overrides,
+            other.topic_id,
+        )
+        assert log.producers.entries == other.producers.entries
+    assert fresh.fetch(ORG, {"partitions": [{"topic": "t", "partition": 0, "fetch_offset": 10}]}) == ctx.manager.fetch(
+        ORG, {"partitions": [{"topic": "t", "partition": 0, "fetch_offset": 10}]}
+    )
+
+
+def test_replay_refuses_a_batch_that_does_not_follow_the_log(ctx: Ctx) -> None:
+    ctx.put(batch(2))
+    stray = Record(RecordType.PARTITION_BATCH, (ORG, "t", 0), {"batch": batch(1, base_offset=7), "append_ms": 0})
+    with pytest.raises(ValueError):
+        ctx.manager.replay(stray)

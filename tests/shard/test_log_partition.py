@@ -1,0 +1,168 @@
+"""PartitionLog: offsets, reads, timestamp lookups, segments and retention."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from rafka.protocol.records import CompressionType, SimpleRecord, build_batch, parse_header
+from rafka.shard.log.config import LogConfig
+from rafka.shard.log.errors import Errors
+from rafka.shard.log.partition import PartitionLog
+
+
+def batch(n: int = 1, ts: int = 1000, **kw: Any) -> bytes:
+    return build_batch([SimpleRecord(b"k", b"v" * 10, ts + i) for i in range(n)], **kw)
+
+
+def append(log: PartitionLog, data: bytes | list[bytes], now_ms: int = 0, config: LogConfig | None = None) -> Any:
+    plan = log.prepare_append(data if isinstance(data, list) else [data], now_ms, config)
+    for value in plan.values:
+        log.apply_batch(value)
+    return plan
+
+
+def test_offsets_are_assigned_sequentially_from_log_end() -> None:
+    log = PartitionLog()
+    plans = [append(log, batch(n, base_offset=999)) for n in (3, 1, 5)]
+    assert [p.base_offset for p in plans] == [0, 3, 4] and log.log_end_offset == log.high_watermark == 9
+    stored = [parse_header(b).base_offset for b in log.segments[0].batches]
+    assert stored == [0, 3, 4]
+
+
+def test_several_batches_in_one_append() -> None:
+    log = PartitionLog()
+    plan = append(log, [batch(2), batch(3)])
+    assert plan.base_offset == 0 and log.log_end_offset == 5
+    assert [parse_header(v["batch"]).base_offset for v in plan.values] == [0, 2]
+
+
+def test_prepare_does_not_mutate() -> None:
+    log = PartitionLog()
+    log.prepare_append([batch(2)], 0)
+    assert log.log_end_offset == 0 and log.segments[0].batches == []
+
+
+def test_read_starts_at_batch_containing_offset_and_respects_max_bytes() -> None:
+    log = PartitionLog()
+    batches = [append(log, batch(3)).values[0]["batch"] for _ in range(4)]  # offsets 0-2,3-5,6-8,9-11
+    assert log.read(4, 10**6) == (Errors.NONE, batches[1:])
+    assert log.read(3, len(batches[0]) * 2) == (Errors.NONE, batches[1:3])
+    assert log.read(0, 1) == (Errors.NONE, batches[:1])  # first batch even if larger than max_bytes
+    assert log.read(0, 1, min_one=False) == (Errors.NONE, [])
+    assert log.read(12, 100) == (Errors.NONE, [])  # at LEO: nothing yet
+    assert log.read(13, 100)[0] == Errors.OFFSET_OUT_OF_RANGE
+    assert log.read(-1, 100)[0] == Errors.OFFSET_OUT_OF_RANGE
+
+
+def test_read_spans_segments() -> None:
+    log = PartitionLog()
+    config = LogConfig(segment_bytes=len(batch(2)) * 2)
+    values = [append(log, batch(2), config=config).values[0] for _ in range(5)]
+    assert [len(s.batches) for s in log.segments] == [2, 2, 1]
+    assert [v["roll"] for v in values] == [False, False, True, False, True]
+    assert log.read(3, 10**6)[1] == [v["batch"] for v in values[1:]]
+    assert log.read(9, 10**6)[1] == [values[4]["batch"]]
+
+
+def test_segment_rolls_after_segment_ms() -> None:
+    log = PartitionLog()
+    config = LogConfig(segment_ms=100)
+    append(log, batch(), 0, config)
+    append(log, batch(), 99, config)
+    append(log, batch(), 100, config)
+    assert [len(s.batches) for s in log.segments] == [2, 1]
+    assert log.segments[1].created_ms == 100 and log.segments[1].base_offset == 2
+
+
+def test_log_start_refuses_reads_below_but_keeps_the_batch() -> None:
+    log = PartitionLog()
+    first = append(log, batch(5)).values[0]["batch"]
+    append(log, batch(1))
+    log.apply_log_start(2)
+    assert log.log_start_offset == 2
+    assert log.read(1, 100)[0] == Errors.OFFSET_OUT_OF_RANGE
+    assert log.read(2, 10**6)[1][0] == first  # whole batch still served
+    log.apply_log_start(1)  # never moves back
+    assert log.log_start_offset == 2
+
+
+def test_log_start_drops_whole_segments_below_it() -> None:
+    log = PartitionLog()
+    config = LogConfig(segment_bytes=len(batch()))
+    for _ in range(3):
+        append(log, batch(), config=config)
+    log.apply_log_start(2)
+    assert [s.base_offset for s in log.segments] == [2]
+    log.apply_log_start(3)
+    assert len(log.segments) == 1 and log.segments[0].batches == [] and log.log_end_offset == 3
+    assert append(log, batch(), config=config).base_offset == 3
+
+
+def test_list_offsets_special_timestamps() -> None:
+    log = PartitionLog()
+    assert log.list_offset(-1) == (0, -1) and log.list_offset(-2) == (0, -1) and log.list_offset(-3) == (-1, -1)
+    append(log, build_batch([SimpleRecord(None, b"a", 10), SimpleRecord(None, b"b", 50), SimpleRecord(None, b"c", 20)]))
+    append(log, build_batch([SimpleRecord(None, b"d", 30), SimpleRecord(None, b"e", 50)]))
+    assert log.list_offset(-1) == (5, -1) and log.list_offset(-2) == (0, -1) and log.list_offset(-4) == (0, -1)
+    assert log.list_offset(-3) == (1, 50)  # first record carrying the max timestamp
+
+
+def test_list_offsets_by_timestamp_record_granularity() -> None:
+    log = PartitionLog()
+    append(log, build_batch([SimpleRecord(None, b"a", 10), SimpleRecord(None, b"b", 50), SimpleRecord(None, b"c", 20)]))
+    append(log, build_batch([SimpleRecord(None, b"d", 30), SimpleRecord(None, b"e", 60)]))
+    assert log.list_offset(0) == (0, 10)
+    assert log.list_offset(15) == (1, 50)
+    assert log.list_offset(55) == (4, 60)
+    assert log.list_offset(61) == (-1, -1)
+    log.apply_log_start(2)
+    assert log.list_offset(15) == (2, 20)  # records below the log start are skipped
+    assert log.list_offset(0) == (2, 20)
+
+
+def test_list_offsets_batch_granularity_for_undecodable_codecs() -> None:
+    log = PartitionLog()
+    append(log, batch(3, ts=100))
+    raw = bytearray(batch(4, ts=200))
+    struct.pack_into(">h", raw, 21, int(CompressionType.ZSTD))  # codec the broker cannot decode
+    raw[17:21] = struct.pack(">I", __import__("crc32c").crc32c(bytes(raw[21:])))
+    append(log, bytes(raw))
+    assert log.list_offset(150) == (3, 203)  # the batch's first offset and its max timestamp
+    assert log.list_offset(-3) == (3, 203)
+    gz = build_batch([SimpleRecord(None, b"x", 300), SimpleRecord(None, b"y", 400)], compression=CompressionType.GZIP)
+    append(log, gz)
+    assert log.list_offset(350) == (8, 400)
+
+
+def test_time_retention_deletes_whole_expired_segments() -> None:
+    log = PartitionLog()
+    config = LogConfig(segment_bytes=len(batch()) * 2, retention_ms=1000)
+    for ts in (0, 100, 500, 600, 2000):  # segments: [0,100] [500,600] [2000]
+        append(log, batch(ts=ts), config=config)
+    assert log.retention_log_start(1100, config) is None  # newest record exactly retention.ms old: kept
+    assert log.retention_log_start(1101, config) == 2  # strictly older: the first segment goes
+    assert log.retention_log_start(1601, config) == 4
+    assert log.retention_log_start(3001, config) == 5  # the active segment too: the log empties
+    log.apply_log_start(5)
+    assert log.segments[-1].batches == [] and log.log_start_offset == log.log_end_offset == 5
+    assert log.retention_log_start(10**9, config) is None
+
+
+def test_size_retention_keeps_log_under_retention_bytes() -> None:
+    log = PartitionLog()
+    one = len(batch())
+    config = LogConfig(segment_bytes=one * 2, retention_bytes=one * 3)
+    for _ in range(5):  # segments of 2, 2, 1 batches
+        append(log, batch(), config=config)
+    assert log.size == one * 5
+    assert log.retention_log_start(0, config) == 2  # drop first segment: 3 batches left
+    assert log.retention_log_start(0, LogConfig(retention_bytes=one * 5)) is None
+    assert log.retention_log_start(0, LogConfig(retention_bytes=0)) == 5
+    assert log.retention_log_start(0, LogConfig(retention_ms=-1)) is None  # unlimited
+
+
+def test_retention_uses_append_time_when_batch_has_no_timestamp() -> None:
+    log = PartitionLog()
+    append(log, build_batch([SimpleRecord(None, b"x", -1)]), now_ms=5000)
+    assert log.segments[0].retention_timestamp == 5000

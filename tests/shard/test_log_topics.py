@@ -1,0 +1,252 @@
+"""TopicCatalog: create/delete/grow/describe topics, every error code, replay."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgpack
+import pytest
+
+from rafka.shard.log.config import DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
+from rafka.shard.log.errors import Errors
+from rafka.shard.log.topics import ZERO_UUID, TopicCatalog
+from rafka.shard.records import Record, RecordType
+
+ORG = "acme"
+
+
+class Ctx:
+    """Calls a handler, replays its records, keeps them for a rebuild."""
+
+    def __init__(self, **kw: Any) -> None:
+        ids = iter(uuid.UUID(int=i) for i in range(1, 10_000))
+        self.catalog = TopicCatalog(new_topic_id=lambda: next(ids), **kw)
+        self.log: list[Record] = []
+
+    def run(self, handler: str, *args: Any) -> Any:
+        records, response = getattr(self.catalog, handler)(*args)
+        for r in records:
+            self.catalog.replay(r)
+        self.log += records
+        return response
+
+    def create(self, name: str, partitions: int = 3, org: str = ORG, **op: Any) -> dict[str, Any]:
+        return self.run(
+            "create_topic",
+            org,
+            {"name": name, "num_partitions": partitions, "replication_factor": op.pop("rf", 1), **op},
+            1000,
+        )
+
+
+@pytest.fixture
+def ctx() -> Ctx:
+    return Ctx()
+
+
+def test_create_topic_returns_id_partitions_and_config_sources(ctx: Ctx) -> None:
+    resp = ctx.create("orders", 3, configs={"retention.ms": "1000"})
+    assert resp["error_code"] == Errors.NONE and resp["topic_id"] == uuid.UUID(int=1)
+    assert (resp["num_partitions"], resp["replication_factor"]) == (3, 1)
+    sources = {c["name"]: (c["value"], c["config_source"]) for c in resp["configs"]}
+    assert sources["retention.ms"] == ("1000", DYNAMIC_TOPIC_CONFIG)
+    assert sources["segment.bytes"] == ("1073741824", DEFAULT_CONFIG)
+    info = ctx.catalog.topic(ORG, "orders")
+    assert info is not None and info.partitions == 3 and info.configs == {"retention.ms": "1000"}
+    assert ctx.catalog.topic_by_id(ORG, uuid.UUID(int=1)) == info
+    assert ctx.catalog.topic_by_id(ORG, str(uuid.UUID(int=1))) == info
+    assert ctx.log == [
+        Record(
+            RecordType.TOPIC,
+            (ORG, "orders"),
+            {"id": str(uuid.UUID(int=1)), "partitions": 3, "configs": {"retention.ms": "1000"}, "created_ms": 1000},
+        )
+    ]
+
+
+def test_default_partitions_and_replication_factor(ctx: Ctx) -> None:
+    resp = ctx.create("t", -1, rf=-1)
+    assert resp["error_code"] == Errors.NONE and resp["num_partitions"] == 1
+    assert Ctx(default_partitions=6).create("t", -1)["num_partitions"] == 6
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "has space", "slash/", "ünï", "a:b"])
+def test_invalid_topic_names(ctx: Ctx, name: str) -> None:
+    resp = ctx.create(name)
+    assert resp["error_code"] == Errors.INVALID_TOPIC_EXCEPTION and resp["topic_id"] == ZERO_UUID
+    assert ctx.log == []
+
+
+@pytest.mark.parametrize("name", ["a" * 249, "A-b_c.9", "...", "__x"])
+def test_valid_topic_names(ctx: Ctx, name: str) -> None:
+    assert ctx.create(name)["error_code"] == Errors.NONE
+
+
+def test_topic_already_exists_and_collision(ctx: Ctx) -> None:
+    ctx.create("a.b")
+    assert ctx.create("a.b")["error_code"] == Errors.TOPIC_ALREADY_EXISTS
+    clash = ctx.create("a_b")
+    assert clash["error_code"] == Errors.INVALID_TOPIC_EXCEPTION and "collides" in clash["error_message"]
+
+
+def test_orgs_are_isolated(ctx: Ctx) -> None:
+    ctx.create("t", org="one")
+    assert ctx.create("t", org="two")["error_code"] == Errors.NONE
+    assert [t.name for t in ctx.catalog.list_topics("one")] == ["t"]
+    assert ctx.catalog.topic("three", "t") is None
+
+
+@pytest.mark.parametrize("rf", [0, 2, 3, -2])
+def test_invalid_replication_factor(ctx: Ctx, rf: int) -> None:
+    assert ctx.create("t", rf=rf)["error_code"] == Errors.INVALID_REPLICATION_FACTOR
+
+
+@pytest.mark.parametrize("partitions", [0, -2, 10_001])
+def test_invalid_partitions(ctx: Ctx, partitions: int) -> None:
+    assert ctx.create("t", partitions)["error_code"] == Errors.INVALID_PARTITIONS
+
+
+@pytest.mark.parametrize(
+    "configs",
+    [
+        {"compression.type": "lz4"},
+        {"cleanup.policy": "compact"},
+        {"cleanup.policy": "compact,delete"},
+        {"retention.ms": "soon"},
+        {"retention.ms": "-2"},
+        {"segment.bytes": "100"},
+        {"max.message.bytes": "-1"},
+        {"max.message.bytes": str(2**31)},
+        {"retention.bytes": None},
+    ],
+)
+def test_invalid_configs(ctx: Ctx, configs: dict[str, Any]) -> None:
+    resp = ctx.create("t", configs=configs)
+    assert resp["error_code"] == Errors.INVALID_CONFIG and ctx.catalog.topic(ORG, "t") is None
+
+
+def test_supported_configs_accepted_in_list_form(ctx: Ctx) -> None:
+    configs = [
+        {"name": "retention.bytes", "value": "-1"},
+        {"name": "cleanup.policy", "value": "delete"},
+        {"name": "segment.bytes", "value": "1048576"},
+        {"name": "max.message.bytes", "value": "10"},
+    ]
+    assert ctx.create("t", configs=configs)["error_code"] == Errors.NONE
+
+
+def test_validate_only_writes_nothing(ctx: Ctx) -> None:
+    resp = ctx.create("t", validate_only=True)
+    assert resp["error_code"] == Errors.NONE and resp["topic_id"] == ZERO_UUID and ctx.log == []
+    assert ctx.create("t..", rf=5, validate_only=True)["error_code"] == Errors.INVALID_REPLICATION_FACTOR
+
+
+def test_create_topics_duplicates_in_one_request(ctx: Ctx) -> None:
+    resp = ctx.run(
+        "create_topics",
+        ORG,
+        {
+            "topics": [
+                {"name": "x", "num_partitions": 1},
+                {"name": "y"},
+                {"name": "x", "num_partitions": 2},
+                {"name": "y.z"},
+                {"name": "y_z"},
+            ]
+        },
+        5,
+    )
+    codes = [t["error_code"] for t in resp["topics"]]
+    assert codes == [
+        Errors.INVALID_REQUEST,
+        Errors.NONE,
+        Errors.INVALID_REQUEST,
+        Errors.NONE,
+        Errors.INVALID_TOPIC_EXCEPTION,
+    ]
+    assert [t.name for t in ctx.catalog.list_topics(ORG)] == ["y", "y.z"]
+
+
+def test_delete_by_name_and_by_id(ctx: Ctx) -> None:
+    a, b = ctx.create("a", 2), ctx.create("b", 4)
+    resp = ctx.run("delete_topics", ORG, {"topics": [{"name": "a"}, {"topic_id": b["topic_id"]}]})
+    assert [(t["name"], t["error_code"], t["num_partitions"]) for t in resp["topics"]] == [
+        ("a", Errors.NONE, 2),
+        ("b", Errors.NONE, 4),
+    ]
+    assert resp["topics"][0]["topic_id"] == a["topic_id"]
+    assert ctx.catalog.list_topics(ORG) == [] and ctx.log[-1] == Record(RecordType.TOPIC, (ORG, "b"), None)
+    # the name is free again, with a new id, and no longer collides
+    again = ctx.create("a")
+    assert again["error_code"] == Errors.NONE and again["topic_id"] != a["topic_id"]
+
+
+def test_delete_unknown_topic_and_unknown_id(ctx: Ctx) -> None:
+    resp = ctx.run("delete_topics", ORG, {"topics": [{"name": "nope"}, {"topic_id": uuid.uuid4()}]})
+    assert [t["error_code"] for t in resp["topics"]] == [Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID]
+    ctx.create("t")
+    twice = ctx.run("delete_topics", ORG, {"topics": [{"name": "t"}, {"name": "t"}]})
+    assert [t["error_code"] for t in twice["topics"]] == [Errors.NONE, Errors.UNKNOWN_TOPIC_OR_PARTITION]
+
+
+def test_create_partitions_increase_only(ctx: Ctx) -> None:
+    ctx.create("t", 3)
+    op: dict[str, Any] = {"topics": [{"name": "t", "count": 2}]}
+    assert ctx.run("create_partitions", ORG, op, 0)["topics"][0]["error_code"] == Errors.INVALID_PARTITIONS
+    op = {"topics": [{"name": "t", "count": 3}]}
+    assert ctx.run("create_partitions", ORG, op, 0)["topics"][0]["error_code"] == Errors.INVALID_PARTITIONS
+    op = {"topics": [{"name": "t", "count": 5}], "validate_only": True}
+    assert ctx.run("create_partitions", ORG, op, 0)["topics"][0]["error_code"] == Errors.NONE
+    assert ctx.catalog.topic(ORG, "t").partitions == 3  # type: ignore[union-attr]
+    op = {"topics": [{"name": "t", "count": 5}, {"name": "missing", "count": 2}]}
+    codes = [t["error_code"] for t in ctx.run("create_partitions", ORG, op, 0)["topics"]]
+    assert codes == [Errors.NONE, Errors.UNKNOWN_TOPIC_OR_PARTITION]
+    info = ctx.catalog.topic(ORG, "t")
+    assert info is not None and info.partitions == 5 and info.topic_id == uuid.UUID(int=1)
+    dup = {"topics": [{"name": "t", "count": 9}, {"name": "t", "count": 9}]}
+    assert {t["error_code"] for t in ctx.run("create_partitions", ORG, dup, 0)["topics"]} == {Errors.INVALID_REQUEST}
+
+
+def test_describe_configs_defaults_sources_and_unknown_topic(ctx: Ctx) -> None:
+    ctx.create("t", configs={"retention.bytes": "100"})
+    resp = ctx.catalog.describe_configs(ORG, "t", ["retention.bytes", "retention.ms", "no.such"])
+    assert resp["error_code"] == Errors.NONE
+    assert [(c["name"], c["value"], c["config_source"], c["is_default"]) for c in resp["configs"]] == [
+        ("retention.bytes", "100", DYNAMIC_TOPIC_CONFIG, False),
+        ("retention.ms", "604800000", DEFAULT_CONFIG, True),
+    ]
+    assert len(ctx.catalog.describe_configs(ORG, "t")["configs"]) >= 5
+    assert ctx.catalog.describe_configs(ORG, "x")["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_describe_topics_for_metadata(ctx: Ctx) -> None:
+    ctx.create("b", 2)
+    ctx.create("a", 1)
+    assert [(t["name"], t["num_partitions"]) for t in ctx.catalog.describe_topics(ORG)] == [("a", 1), ("b", 2)]
+    codes = [t["error_code"] for t in ctx.catalog.describe_topics(ORG, ["a", "zz", "bad name"])]
+    assert codes == [Errors.NONE, Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.INVALID_TOPIC_EXCEPTION]
+
+
+def test_replay_from_records_rebuilds_the_same_catalog(ctx: Ctx) -> None:
+    ctx.create("a", 2, configs={"retention.ms": "5"})
+    ctx.create("b.c", 1)
+    ctx.run("create_partitions", ORG, {"topics": [{"name": "a", "count": 4}]}, 0)
+    ctx.run("delete_topics", ORG, {"topics": [{"name": "b.c"}]})
+    ctx.create("b_c", 7, org="other")
+    fresh = TopicCatalog()
+    for r in ctx.log:  # through msgpack, as the WAL will store them (tuples become lists)
+        raw = msgpack.unpackb(msgpack.packb([r.type, r.key, r.value]))
+        fresh.replay(Record(raw[0], tuple(raw[1]), raw[2]))
+    for org in (ORG, "other"):
+        assert fresh.list_topics(org) == ctx.catalog.list_topics(org)
+    assert fresh.create_topic(ORG, {"name": "b_c"}, 0)[1]["error_code"] == Errors.NONE  # collision index rebuilt
+    assert fresh.create_topic(ORG, {"name": "a"}, 0)[1]["error_code"] == Errors.TOPIC_ALREADY_EXISTS
+
+
+def test_handlers_do_not_mutate_state() -> None:
+    catalog = TopicCatalog()
+    records, _ = catalog.create_topic(ORG, {"name": "t"}, 0)
+    assert records and catalog.list_topics(ORG) == []
+    with pytest.raises(ValueError):
+        catalog.replay(Record(RecordType.PARTITION_BATCH, (ORG, "t", 0), {}))
