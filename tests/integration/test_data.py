@@ -1,0 +1,278 @@
+"""Producing and consuming real data through rafka with every common client."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import subprocess
+import threading
+import time
+import uuid
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from tests.integration.clients import create_topic
+from tests.integration.conftest import Rafka
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _consume_all(bootstrap: str, topic: str, expected: int, group: str | None = None, timeout: float = 30) -> list:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group or _name("reader"),
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expected and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        assert not m.error(), m.error()
+        got.append(m)
+    # nothing more must arrive: exactly once
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        m = c.poll(0.1)
+        if m is not None and not m.error():
+            got.append(m)
+    c.close()
+    return got
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_confluent_producer_round_trip(rafka: Rafka, compression: str, idempotent: bool) -> None:
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 3)
+    p = Producer({"bootstrap.servers": rafka.bootstrap, "compression.type": compression,
+                  "enable.idempotence": idempotent, "linger.ms": 2})
+    sent = defaultdict(list)
+    for i in range(300):
+        key = f"k{i % 7}".encode()
+        p.produce(topic, key=key, value=f"{compression}-{i}".encode())
+        sent[key].append(f"{compression}-{i}".encode())
+    assert p.flush(15) == 0
+    got = _consume_all(rafka.bootstrap, topic, 300)
+    assert len(got) == 300
+    by_key = defaultdict(list)
+    for m in got:
+        by_key[m.key()].append(m.value())
+    assert by_key == sent  # every record once, in order per key (one key → one partition)
+    for part in range(3):
+        offsets = [m.offset() for m in got if m.partition() == part]
+        assert offsets == list(range(len(offsets)))
+
+
+def test_kafka_python_aiokafka_and_kcat_producers(rafka: Rafka) -> None:
+    from kafka import KafkaProducer
+
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 2)
+    kp = KafkaProducer(bootstrap_servers=rafka.bootstrap)
+    for i in range(40):
+        kp.send(topic, f"kp-{i}".encode(), partition=i % 2)
+    kp.flush()
+    kp.close()
+
+    async def ak() -> None:
+        import aiokafka
+
+        p = aiokafka.AIOKafkaProducer(bootstrap_servers=rafka.bootstrap)
+        await p.start()
+        for i in range(40):
+            await p.send_and_wait(topic, f"ak-{i}".encode(), partition=i % 2)
+        await p.stop()
+
+    asyncio.run(ak())
+    subprocess.run(["kcat", "-b", rafka.bootstrap, "-P", "-t", topic, "-p", "0"],
+                   input=b"\n".join(f"kc-{i}".encode() for i in range(40)), check=True, timeout=30)
+    got = _consume_all(rafka.bootstrap, topic, 120)
+    values = sorted(m.value().decode() for m in got)
+    assert values == sorted([f"kp-{i}" for i in range(40)] + [f"ak-{i}" for i in range(40)] + [f"kc-{i}" for i in range(40)])
+    kc = [m.value() for m in got if m.value().startswith(b"kc-")]
+    assert kc == [f"kc-{i}".encode() for i in range(40)]  # one partition: order kept
+    out = subprocess.run(["kcat", "-b", rafka.bootstrap, "-C", "-t", topic, "-e", "-o", "beginning", "-q"],
+                         capture_output=True, timeout=30)
+    assert len(out.stdout.splitlines()) == 120
+
+
+def test_kafka_python_and_aiokafka_consumers_read_everything(rafka: Rafka) -> None:
+    from kafka import KafkaConsumer
+
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 3)
+    p = Producer({"bootstrap.servers": rafka.bootstrap})
+    for i in range(90):
+        p.produce(topic, value=str(i).encode())
+    p.flush(10)
+    kc = KafkaConsumer(topic, bootstrap_servers=rafka.bootstrap, group_id=_name("kp"), auto_offset_reset="earliest",
+                       consumer_timeout_ms=4000)
+    assert sorted(int(m.value) for m in kc) == list(range(90))
+    kc.close()
+
+    async def ak() -> list[int]:
+        import aiokafka
+
+        c = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=rafka.bootstrap, group_id=_name("ak"),
+                                      auto_offset_reset="earliest")
+        await c.start()
+        seen: list[int] = []
+        deadline = time.monotonic() + 20
+        while len(seen) < 90 and time.monotonic() < deadline:
+            for msgs in (await c.getmany(timeout_ms=300)).values():
+                seen += [int(m.value) for m in msgs]
+        await c.stop()
+        return seen
+
+    assert sorted(asyncio.run(ak())) == list(range(90))
+
+
+def test_waiting_fetch_returns_promptly_when_a_record_arrives(rafka: Rafka) -> None:
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 4)  # partitions spread over both shards
+    p = Producer({"bootstrap.servers": rafka.bootstrap, "linger.ms": 0})
+    for part in range(4):  # one record each, so the consumer knows every position before we measure
+        p.produce(topic, value=b"warm-up", partition=part)
+    p.flush(10)
+    c = Consumer({"bootstrap.servers": rafka.bootstrap, "group.id": _name("w"), "auto.offset.reset": "earliest",
+                  "fetch.wait.max.ms": 5000, "fetch.min.bytes": 1})
+    c.subscribe([topic])
+    warm = 0
+    deadline = time.monotonic() + 20
+    while warm < 4 and time.monotonic() < deadline:
+        m = c.poll(0.1)
+        warm += m is not None and not m.error()
+    assert warm == 4
+    time.sleep(0.5)  # the consumer's next fetch is now parked on every shard
+    latencies = []
+    for part in range(4):
+        sent = time.monotonic()
+        p.produce(topic, value=b"ping", partition=part)
+        p.flush(5)
+        m = None
+        while m is None and time.monotonic() - sent < 10:
+            m = c.poll(0.05)
+        assert m is not None and not m.error() and m.value() == b"ping"
+        latencies.append(time.monotonic() - sent)
+    c.close()
+    # delivered well before the 5 s max wait, whichever shard owns the partition
+    assert max(latencies) < 1.0, latencies
+
+
+def test_corrupt_batch_is_refused_and_nothing_is_stored(rafka: Rafka) -> None:
+    from rafka.protocol.records import SimpleRecord, build_batch
+
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    good = build_batch([SimpleRecord(b"k", b"v", 1_700_000_000_000, [])])
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # flip a byte covered by the CRC
+    with RawClient("127.0.0.1", rafka.port) as c:
+        body = {"transactional_id": None, "acks": -1, "timeout": 5000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": bytes(bad)}]}]}
+        resp = c.request(0, 9, body)
+        assert resp["responses"][0]["partition_responses"][0]["error_code"] == 2  # CORRUPT_MESSAGE
+        lo = c.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+        assert lo["topics"][0]["partitions"][0]["offset"] == 0
+        body["topic_data"][0]["partition_data"][0]["records"] = good
+        ok = c.request(0, 9, body)
+        assert ok["responses"][0]["partition_responses"][0]["error_code"] == 0
+
+
+def test_unknown_topic_or_partition(rafka: Rafka) -> None:
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": rafka.bootstrap, "message.timeout.ms": 3000})
+    errors = []
+    p.produce(topic, value=b"x", partition=5, on_delivery=lambda err, msg: errors.append(err))
+    p.flush(10)
+    assert errors and errors[0] is not None
+
+
+def test_list_offsets_and_delete_records(rafka: Rafka) -> None:
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": rafka.bootstrap, "linger.ms": 0})
+    for i in range(10):
+        p.produce(topic, value=str(i).encode(), timestamp=1_700_000_000_000 + i * 1000)
+        p.flush(5)
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    tp = TopicPartition(topic, 0)
+
+    def offset(spec: OffsetSpec) -> int:
+        return admin.list_offsets({tp: spec})[tp].result(10).offset
+
+    assert offset(OffsetSpec.earliest()) == 0
+    assert offset(OffsetSpec.latest()) == 10
+    assert offset(OffsetSpec.for_timestamp(1_700_000_004_500)) == 5
+    assert offset(OffsetSpec.max_timestamp()) == 9
+    admin.delete_records([TopicPartition(topic, 0, 4)])[TopicPartition(topic, 0, 4)].result(10)
+    assert offset(OffsetSpec.earliest()) == 4
+
+
+def test_topic_admin(rafka: Rafka) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    topic = _name("t")
+    admin.create_topics([NewTopic(topic, 2, 1, config={"retention.ms": "60000"})])[topic].result(10)
+    with pytest.raises(KafkaException, match="TOPIC_ALREADY_EXISTS"):
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(10)
+    with pytest.raises(KafkaException, match="INVALID_REPLICATION_FACTOR"):
+        rf3 = _name("rf")
+        admin.create_topics([NewTopic(rf3, 1, 3)])[rf3].result(10)
+    admin.create_partitions([NewPartitions(topic, 5)])[topic].result(10)
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 5
+    res = admin.describe_configs([ConfigResource("topic", topic)])
+    configs = list(res.values())[0].result(10)
+    assert configs["retention.ms"].value == "60000"
+    admin.delete_topics([topic])[topic].result(10)
+    time.sleep(1.2)  # gateway topic cache TTL
+    assert topic not in admin.list_topics(timeout=10).topics
+
+
+def test_oversized_size_prefix_while_consumer_commits(rafka: Rafka) -> None:
+    """Raw-socket abuse does not disturb a real client committing in a loop."""
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    c = Consumer({"bootstrap.servers": rafka.bootstrap, "group.id": _name("g"), "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    stop = threading.Event()
+
+    def abuse() -> None:
+        payloads = [b"\xff" * 64, struct.pack(">i", 2**31 - 1), struct.pack(">i", 8) + struct.pack(">hhi", 777, 0, 1),
+                    struct.pack(">i", 30) + b"\x00\x0b\x00\x05" + b"\x01" * 10]
+        while not stop.is_set():
+            for data in payloads:
+                try:
+                    with socket.create_connection(("127.0.0.1", rafka.port), timeout=2) as s:
+                        s.sendall(data)
+                        s.settimeout(0.2)
+                        try:
+                            s.recv(10)
+                        except OSError:
+                            pass
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=abuse, daemon=True)
+    t.start()
+    try:
+        for i in range(200):
+            c.commit(offsets=[TopicPartition(topic, 0, i + 1)], asynchronous=False)
+        assert c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 200
+    finally:
+        stop.set()
+        t.join(5)
+        c.close()
