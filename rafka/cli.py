@@ -27,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     cfg = from_args(ns)
+    if getattr(ns, "supervised", False):
+        from rafka.loops import die_with_parent
+
+        die_with_parent()
     if ns.command == "serve":
         logs.setup("rafka-serve", cfg.log_level)
         from rafka.supervisor import main as serve_main

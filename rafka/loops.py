@@ -30,4 +30,19 @@ def set_process_name(name: str) -> None:
         pass
 
 
-__all__ = ["asyncio", "run", "set_process_name"]
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent (the supervisor) dies."""
+    try:
+        import ctypes
+        import os
+        import signal
+
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before we asked
+            os._exit(1)
+    except Exception:
+        pass
+
+
+__all__ = ["asyncio", "die_with_parent", "run", "set_process_name"]

@@ -66,6 +66,7 @@ class DataPlane:
                        (Op.LIST_OFFSETS, self.list_offsets), (Op.DELETE_RECORDS, self.delete_records),
                        (Op.DELETE_PARTITIONS, self.delete_partitions), (Op.INIT_PRODUCER_ID, self.init_producer_id)]:
             state.register(op, fn)
+        state.on_start.append(self.start)
         state.register_replay(RecordType.TOPIC, self.catalog.replay)
         for rtype in (RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCER_STATE):
             state.register_replay(rtype, self._replay_log)
@@ -144,8 +145,15 @@ class DataPlane:
         respond(plain(self.logs.list_offsets(org_id, op)))
         return []
 
+    RETENTION_CHECK_MS = 30_000
+
+    def start(self, now_ms: int) -> None:
+        """Arm the periodic retention pass (after recovery)."""
+        self.timer.schedule("log-retention", self.RETENTION_CHECK_MS, self.retention)
+
     def retention(self, now_ms: int) -> list[Record]:
-        """Periodic retention pass (called from a timer)."""
+        """Periodic retention pass: delete whole segments past retention.ms / retention.bytes."""
+        self.timer.schedule("log-retention", self.RETENTION_CHECK_MS, self.retention)
         return self.logs.retention(now_ms)
 
     # -- long-poll fetch ----------------------------------------------------

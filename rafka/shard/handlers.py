@@ -12,7 +12,8 @@ here touches sockets or clocks.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Protocol
+from concurrent.futures import Future
+from typing import Any, Callable, Iterator, Protocol
 
 from rafka.rail import Op
 from rafka.shard.records import Record, RecordType
@@ -24,10 +25,11 @@ Handler = Callable[[str, Any, int, Respond], list[Record]]
 
 
 class Wal(Protocol):
-    """What the state needs of a write-ahead log."""
+    """What the state needs of a write-ahead log (see rafka.shard.wal)."""
 
     def append(self, records: list[Record]) -> None: ...
-    def flush(self) -> None: ...
+    def commit(self) -> Future[None] | None: ...
+    def recover(self) -> Iterator[Record]: ...
     def close(self) -> None: ...
 
 
@@ -52,6 +54,7 @@ class ShardState:
             Op.LIST_GROUPS: groups.list_groups,
             Op.DELETE_GROUP: groups.delete_group,
         }
+        self.on_start: list[Callable[[int], None]] = []
         self._replayers: dict[int, Callable[[Record], None]] = {
             RecordType.OFFSET_COMMIT: groups.replay,
             RecordType.GROUP_METADATA: groups.replay,
@@ -89,13 +92,28 @@ class ShardState:
         replayer(record)
 
     def start(self, now_ms: int) -> None:
-        on_loaded = getattr(self.groups, "on_loaded", None)
-        if on_loaded is not None:
-            on_loaded(now_ms)
+        self.groups.on_loaded(now_ms)
+        for hook in self.on_start:
+            hook(now_ms)
 
-    def flush(self) -> None:
-        if self.wal is not None:
-            self.wal.flush()
+    def commit(self) -> Future[None] | None:
+        """Make appended records durable; a future to wait on before replying, or None."""
+        return self.wal.commit() if self.wal is not None else None
+
+    def recover(self) -> Iterator[int]:
+        """Replay the write-ahead log through ``replay``; yields progress every 10,000 records."""
+        if self.wal is None:
+            return
+        n = 0
+        for record in self.wal.recover():
+            try:
+                self.replay(record)
+            except Exception:
+                log.exception("recovery: record %s %s could not be replayed; skipped", record.type, record.key)
+            n += 1
+            if n % 10_000 == 0:
+                yield n
+        yield n
 
     def close(self) -> None:
         if self.wal is not None:

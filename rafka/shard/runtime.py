@@ -117,10 +117,27 @@ class ShardRuntime:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        self.state.flush()  # durable before any reply leaves
+        durable = self.state.commit()  # replies wait until their records are durable
         if not self._outbox or self._sock is None:
             return
         outbox, self._outbox = self._outbox, defaultdict(list)
+        if durable is None:
+            self._send(outbox)
+        else:
+            loop = asyncio.get_running_loop()
+            durable.add_done_callback(lambda f: loop.call_soon_threadsafe(self._after_sync, f, outbox))
+
+    def _after_sync(self, fut: Any, outbox: dict[bytes, list[list[Any]]]) -> None:
+        if fut.exception() is not None:
+            log.critical("the write-ahead log failed (%s): stopping the shard so it restarts and replays",
+                         fut.exception())
+            self.stop()
+            return
+        self._send(outbox)
+
+    def _send(self, outbox: dict[bytes, list[list[Any]]]) -> None:
+        if self._sock is None:
+            return
         for ident, batch in outbox.items():
             try:
                 self._sock.send_multipart([ident, pack(batch)], zmq.NOBLOCK)
@@ -155,16 +172,30 @@ class ShardRuntime:
         sock.bind(self.endpoint)
         self._sock = sock
         log.info("shard %d serving on %s", self.shard_id, self.endpoint)
-        self.state.start(self.now_ms())
         loop = asyncio.get_running_loop()
         self._pump = SocketPump(loop, sock, self._on_frames, self._schedule_flush)
         self._pump.poke()
+        await self._recover()
+        self.state.start(self.now_ms())
         await self._stopping.wait()
         self._pump.close()
         self.timer.cancel_all()
         self._flush()
         self.state.close()
         sock.close(0)
+
+    async def _recover(self) -> None:
+        """Replay the write-ahead log, answering LOADING meanwhile."""
+        self.loading = True
+        start = time.perf_counter()
+        count = 0
+        for count in self.state.recover():
+            await asyncio.sleep(0)  # let pings and LOADING answers through
+        self.loading = False
+        if count:
+            secs = time.perf_counter() - start
+            log.info("shard %d recovered %d records in %.2fs (%.0f records/s)", self.shard_id, count, secs,
+                     count / max(secs, 1e-9))
 
     def _on_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rafka import ids
 from rafka.config import Config
 from rafka.shard.data import DataPlane
 from rafka.shard.groups import GroupConfig, GroupCoordinator
 from rafka.shard.handlers import ShardState
+from rafka.shard.wal import Wal
 
 
 def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
@@ -21,6 +23,11 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
         offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
     )
     groups = GroupCoordinator(group_cfg, runtime.timer)
-    state = ShardState(shard_id, groups)
+    wal = None
+    if not cfg.in_memory:
+        shards = len(cfg.endpoints())
+        owned = {p for p in range(cfg.coordinator_partitions) if ids.shard_for_partition(p, shards) == shard_id}
+        wal = Wal(cfg.data_dir, owned, cfg.coordinator_partitions, fsync=cfg.fsync)
+    state = ShardState(shard_id, groups, wal=wal)
     DataPlane(shard_id, runtime.timer, cfg.default_partitions).install(state)
     return state

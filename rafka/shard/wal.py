@@ -1,0 +1,369 @@
+"""The write-ahead log: checksummed segments per coordinator partition and per topic partition.
+
+How this works. Every record a shard applies is appended to one *stream*:
+group, offset, topic-catalogue and producer-id records go to the stream of their
+coordinator partition (``meta/<p>/``); record batches and log truncations go to
+the stream of their topic partition (``logs/<p>/<org>/<topic>/<partition>/``, under
+the coordinator partition that owns that log). Because streams follow coordinator
+partitions, a shard started with another ``--shards`` count simply opens the
+partitions it now owns: nothing moves, nothing is lost.
+
+A stream is a directory of segment files ``<seq>.wal``; each entry is
+``u32 length | u32 crc32c | msgpack [type, key, value]``. Appends go straight to
+the file (page cache). ``commit()`` makes everything appended so far durable under
+the fsync policy and returns a future to wait on (or None when nothing waits):
+
+* ``always`` — fsync the written streams now, on the loop, before replies leave;
+* ``batch``  — group commit: a syncer thread fsyncs every stream written since
+  its last pass, after a short linger, and resolves every waiting future at once,
+  so many ops share one fsync while the loop keeps serving;
+* ``never``  — no fsync (the OS writes back); replies do not wait.
+
+Recovery reads each stream in order and hands every record to the same
+``replay`` the live path uses. A torn or corrupt tail (short entry, bad length,
+bad checksum) is truncated at the last good entry with a log line. Meta streams
+roll at ``segment_bytes``; sealed segments are compacted in the background by key
+(the last value of each (type, key) survives, tombstones included, order kept),
+so recovery time is bounded by live state, not history. Data streams roll with
+their size and drop whole segments once the log start offset passes them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import struct
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import crc32c
+import msgpack
+
+from rafka import ids
+from rafka.shard.records import Record, RecordType
+
+log = logging.getLogger("rafka.wal")
+
+_HEAD = struct.Struct(">II")
+MAX_ENTRY = 256 * 1024 * 1024
+META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TOPIC, RecordType.PRODUCER_STATE}
+DATA_TYPES = {RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE}
+
+
+def encode_entry(record: Record) -> bytes:
+    payload = msgpack.packb([int(record.type), list(record.key), record.value], use_bin_type=True)
+    return _HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
+
+
+def read_entries(path: Path) -> tuple[list[Record], int, str | None]:
+    """Records of one segment, the byte length of its good prefix, and why it stopped early."""
+    data = path.read_bytes()
+    out: list[Record] = []
+    pos = 0
+    while pos < len(data):
+        if len(data) - pos < _HEAD.size:
+            return out, pos, "torn entry header"
+        length, crc = _HEAD.unpack_from(data, pos)
+        end = pos + _HEAD.size + length
+        if length > MAX_ENTRY or end > len(data):
+            return out, pos, "torn entry"
+        payload = data[pos + _HEAD.size : end]
+        if crc32c.crc32c(payload) != crc:
+            return out, pos, "checksum mismatch"
+        try:
+            rtype, key, value = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        except Exception:
+            return out, pos, "undecodable entry"
+        out.append(Record(rtype, tuple(key), value))
+        pos = end
+    return out, pos, None
+
+
+class Stream:
+    """One append-only sequence of segments in a directory."""
+
+    def __init__(self, directory: Path, segment_bytes: int) -> None:
+        self.dir = directory
+        self.segment_bytes = segment_bytes
+        self.fd: int | None = None
+        self.seq = 0
+        self.size = 0
+        self.dirty = False
+        self.lock = threading.Lock()  # guards the fd against the syncer and the compactor
+        self.segment_last_offset: dict[int, int] = {}  # data streams: seq -> last offset stored in it
+
+    def segments(self) -> list[Path]:
+        return sorted(self.dir.glob("*.wal"))
+
+    def recover(self) -> Iterator[Record]:
+        """Yield every good record; truncate a torn tail; open the last segment for appends."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        segs = self.segments()
+        for i, seg in enumerate(segs):
+            records, good, why = read_entries(seg)
+            if why is not None:
+                log.warning("%s: %s at byte %d; truncating %d bytes of torn tail", seg, why, good,
+                            seg.stat().st_size - good)
+                with open(seg, "r+b") as f:
+                    f.truncate(good)
+                    os.fsync(f.fileno())
+                for later in segs[i + 1 :]:
+                    log.warning("%s: dropped, it follows a torn segment", later)
+                    later.unlink()
+                segs = segs[: i + 1]
+            seq = int(seg.stem)
+            for r in records:
+                self._note_offsets(seq, r)
+                yield r
+            if why is not None:
+                break
+        if segs:
+            self.seq = int(segs[-1].stem)
+        self._open(self.seq)
+
+    def _open(self, seq: int) -> None:
+        path = self.dir / f"{seq:020d}.wal"
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.seq = seq
+        self.size = os.fstat(self.fd).st_size
+
+    def append(self, record: Record, data: bytes) -> bool:
+        """Append one entry; True when this rolled to a new segment."""
+        rolled = False
+        with self.lock:
+            if self.fd is None:
+                self.dir.mkdir(parents=True, exist_ok=True)
+                self._open(self.seq)
+            if self.size and self.size + len(data) > self.segment_bytes:
+                self._roll()
+                rolled = True
+            os.write(self.fd, data)  # type: ignore[arg-type]
+            self.size += len(data)
+            self.dirty = True
+            self._note_offsets(self.seq, record)
+        return rolled
+
+    def _roll(self) -> None:
+        os.fsync(self.fd)  # type: ignore[arg-type]
+        os.close(self.fd)  # type: ignore[arg-type]
+        self._open(self.seq + 1)
+
+    def _note_offsets(self, seq: int, record: Record) -> None:
+        if record.type == RecordType.PARTITION_BATCH and record.value:
+            batch = record.value["batch"]
+            base = int.from_bytes(batch[0:8], "big", signed=True)
+            last = base + int.from_bytes(batch[23:27], "big", signed=True)
+            self.segment_last_offset[seq] = max(self.segment_last_offset.get(seq, -1), last)
+
+    def sync(self) -> None:
+        with self.lock:
+            if self.fd is not None and self.dirty:
+                self.dirty = False
+                os.fdatasync(self.fd)
+
+    def drop_below(self, log_start_offset: int) -> None:
+        """Delete sealed data segments whose records all lie below ``log_start_offset``."""
+        with self.lock:
+            for seq, last in sorted(self.segment_last_offset.items()):
+                if seq >= self.seq or last >= log_start_offset:
+                    break
+                (self.dir / f"{seq:020d}.wal").unlink(missing_ok=True)
+                del self.segment_last_offset[seq]
+
+    def close(self) -> None:
+        with self.lock:
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
+
+
+def compact_segments(paths: list[Path]) -> list[Record]:
+    """The last record of each (type, key) across ``paths``, in order of last occurrence."""
+    last: dict[tuple[int, tuple[Any, ...]], Record] = {}
+    for p in paths:
+        records, _good, _why = read_entries(p)
+        for r in records:
+            k = (r.type, r.key)
+            last.pop(k, None)  # re-insert so dict order follows the last occurrence
+            last[k] = r
+    return list(last.values())
+
+
+class Wal:
+    """All streams of one shard, with the fsync policy."""
+
+    def __init__(self, data_dir: str | Path, owned_partitions: set[int], partitions: int, *, fsync: str = "batch",
+                 segment_bytes: int = 64 * 1024 * 1024, linger_ms: float = 0.5) -> None:
+        if fsync not in ("always", "batch", "never"):
+            raise ValueError(f"unknown fsync policy {fsync!r}")
+        self.root = Path(data_dir)
+        self.owned = owned_partitions
+        self.partitions = partitions
+        self.fsync = fsync
+        self.segment_bytes = segment_bytes
+        self.linger = linger_ms / 1000.0
+        self.streams: dict[tuple[Any, ...], Stream] = {}
+        self._written: set[Stream] = set()
+        self._pending: concurrent.futures.Future[None] | None = None
+        self._queue: list[tuple[set[Stream], concurrent.futures.Future[None]]] = []
+        self._cv = threading.Condition()
+        self._closed = False
+        self.on_fsync: Callable[[float], None] | None = None  # metrics hook: seconds per fsync pass
+        self._syncer: threading.Thread | None = None
+        if fsync == "batch":
+            self._syncer = threading.Thread(target=self._sync_loop, name="wal-syncer", daemon=True)
+            self._syncer.start()
+
+    # -- routing -----------------------------------------------------------
+    def stream_key(self, record: Record) -> tuple[Any, ...]:
+        k = record.key
+        t = record.type
+        if t in (RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA):
+            return ("meta", ids.coordinator_partition(k[0], k[1], self.partitions))
+        if t == RecordType.TOPIC:
+            return ("meta", ids.coordinator_partition(k[0], "\0topics", self.partitions))
+        if t == RecordType.PRODUCER_STATE:
+            return ("meta", ids.coordinator_partition(k[0], "\0producer-ids", self.partitions))
+        if t in DATA_TYPES:
+            return ("logs", ids.log_partition(k[0], k[1], int(k[2]), self.partitions), k[0], k[1], int(k[2]))
+        raise ValueError(f"no WAL stream for record type {t}")
+
+    def _stream(self, key: tuple[Any, ...]) -> Stream:
+        s = self.streams.get(key)
+        if s is None:
+            if key[0] == "meta":
+                path = self.root / "meta" / f"{key[1]:02d}"
+                seg = self.segment_bytes
+            else:
+                org, topic = (urllib.parse.quote(x, safe="") for x in (key[2], key[3]))
+                path = self.root / "logs" / f"{key[1]:02d}" / org / topic / str(key[4])
+                seg = self.segment_bytes
+            s = self.streams[key] = Stream(path, seg)
+        return s
+
+    # -- recovery ------------------------------------------------------------
+    def recover(self) -> Iterator[Record]:
+        """Every record of every owned stream: meta streams first, then data streams."""
+        meta_root = self.root / "meta"
+        for p in sorted(self.owned):
+            yield from self._stream(("meta", p)).recover()
+        logs_root = self.root / "logs"
+        for p in sorted(self.owned):
+            base = logs_root / f"{p:02d}"
+            if not base.is_dir():
+                continue
+            for org_dir in sorted(base.iterdir()):
+                for topic_dir in sorted(org_dir.iterdir()):
+                    for part_dir in sorted(topic_dir.iterdir(), key=lambda d: int(d.name)):
+                        key = ("logs", p, urllib.parse.unquote(org_dir.name), urllib.parse.unquote(topic_dir.name),
+                               int(part_dir.name))
+                        yield from self._stream(key).recover()
+        del meta_root
+
+    # -- live path ------------------------------------------------------------
+    def append(self, records: list[Record]) -> None:
+        for r in records:
+            s = self._stream(self.stream_key(r))
+            rolled = s.append(r, encode_entry(r))
+            self._written.add(s)
+            if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:
+                s.drop_below(int(r.value.get("log_start_offset", 0)))
+            elif rolled and r.type in META_TYPES:
+                self._compact_async(s)
+
+    def commit(self) -> concurrent.futures.Future[None] | None:
+        """Make every append so far durable; a future to wait on, or None if nothing waits."""
+        written, self._written = self._written, set()
+        if self.fsync == "never":
+            return None
+        if self.fsync == "always":
+            start = time.perf_counter()
+            for s in written:
+                s.sync()
+            if written and self.on_fsync:
+                self.on_fsync(time.perf_counter() - start)
+            return None
+        if not written:
+            return self._pending if self._pending is not None and not self._pending.done() else None
+        fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with self._cv:
+            self._queue.append((written, fut))
+            self._cv.notify()
+        self._pending = fut
+        return fut
+
+    def _sync_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if self._closed and not self._queue:
+                    return
+            if self.linger:
+                time.sleep(self.linger)  # let more appends join this fsync
+            with self._cv:
+                batch, self._queue = self._queue, []
+            streams = set().union(*(w for w, _f in batch))
+            start = time.perf_counter()
+            try:
+                for s in streams:
+                    s.sync()
+                error: BaseException | None = None
+            except BaseException as exc:  # a failed fsync must not ack anything
+                log.critical("fsync failed: %s", exc)
+                error = exc
+            if self.on_fsync:
+                self.on_fsync(time.perf_counter() - start)
+            for _w, fut in batch:
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(error)
+
+    # -- compaction -------------------------------------------------------------
+    def _compact_async(self, s: Stream) -> None:
+        if getattr(s, "_compacting", False):
+            return
+        s._compacting = True  # type: ignore[attr-defined]
+        threading.Thread(target=self._compact, args=(s,), name="wal-compact", daemon=True).start()
+
+    def _compact(self, s: Stream) -> None:
+        try:
+            sealed = [p for p in s.segments() if int(p.stem) < s.seq]
+            if len(sealed) < 2:
+                return
+            records = compact_segments(sealed)
+            target = sealed[-1]
+            tmp = target.with_suffix(".compact")
+            with open(tmp, "wb") as f:
+                for r in records:
+                    f.write(encode_entry(r))
+                f.flush()
+                os.fsync(f.fileno())
+            # Every surviving value (and tombstone) is in ``target`` after the rename, so replaying
+            # older segments first and then it yields the same state: deleting them next is safe.
+            os.replace(tmp, target)
+            for p in sealed[:-1]:
+                p.unlink(missing_ok=True)
+            log.info("compacted %d segments of %s into %d records", len(sealed), s.dir, len(records))
+        except Exception:
+            log.exception("compaction of %s failed", s.dir)
+        finally:
+            s._compacting = False  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        fut = self.commit()
+        if fut is not None:
+            fut.result(timeout=10)
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        if self._syncer is not None:
+            self._syncer.join(10)
+        for s in self.streams.values():
+            s.sync()
+            s.close()
