@@ -1,0 +1,93 @@
+"""The classic consumer-group coordinator of one shard (Kafka 4.1's classic protocol).
+
+How this works: ``GroupCoordinator`` is Kafka's GroupMetadataManager +
+OffsetMetadataManager for classic groups, split by concern into mixins:
+``join`` (JoinGroup and the join phase), ``membership`` (SyncGroup, Heartbeat,
+LeaveGroup, session expiry), ``offsets`` (OffsetCommit/Fetch/Delete, expiration)
+and ``admin`` (Describe/List/DeleteGroups). Every handler takes
+``(org_id, op, now_ms, respond)``, calls ``respond`` exactly once — now, or later
+for a JoinGroup/SyncGroup parked until its rebalance phase ends — and returns
+the records to write. The runtime appends them to the WAL, calls ``replay`` for
+each right away, and releases responses once the records are durable.
+
+``replay`` is the only code that changes committed offsets and the durable
+image of groups. Classic membership itself (members, parked requests, pending
+members) is soft state changed by the handlers, as in Kafka, whose classic
+GROUP_METADATA records are appended without being replayed on the live path.
+So ``replay`` of a GROUP_METADATA value rebuilds the group only if it is absent
+or not yet live — a group becomes live when a handler or timer first touches it
+(or at ``on_loaded``) — and otherwise just records it as the group's durable
+image, since the live group is already ahead of it; tombstones always apply.
+Recovery = replay the WAL onto a fresh coordinator, then ``on_loaded(now_ms)``
+(which may be called again after loading further WALs into a live coordinator).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rafka.shard.groups.admin import AdminMixin
+from rafka.shard.groups.classic import ClassicGroup
+from rafka.shard.groups.offsets_store import pack_entry
+from rafka.shard.groups.record_helpers import new_offset_commit_record
+from rafka.shard.groups.state import ClassicGroupState
+from rafka.shard.records import Record, RecordType
+
+
+class GroupCoordinator(AdminMixin):
+    """Classic group coordinator: handlers, ``replay``, ``on_loaded`` and ``group_stats``."""
+
+    def replay(self, record: Record) -> None:
+        """Apply one OFFSET_COMMIT or GROUP_METADATA record (live path and recovery alike)."""
+        if record.type == RecordType.OFFSET_COMMIT:
+            org_id, group_id, topic, partition = record.key
+            value = record.value
+            if value is None:
+                self.offsets.delete(org_id, group_id, topic, partition)
+                return
+            if (org_id, group_id) not in self.groups:
+                # offsets never exist without a group; tolerate a log that lacks its record
+                self.groups[(org_id, group_id)] = ClassicGroup(org_id, group_id, "", state_ts=value["commit_ts"])
+            self.offsets.put(org_id, group_id, topic, partition, pack_entry(
+                value["offset"], value["leader_epoch"], value["metadata"] or "", value["commit_ts"]))
+        elif record.type == RecordType.GROUP_METADATA:
+            org_id, group_id = record.key
+            if record.value is None:
+                group = self.groups.pop((org_id, group_id), None)
+                if group is not None:
+                    group.transition_to(ClassicGroupState.DEAD, None)
+                return
+            group = self.groups.get((org_id, group_id))
+            if group is None or not group.live:
+                self.groups[(org_id, group_id)] = ClassicGroup.from_record(org_id, group_id, record.value)
+            else:
+                group.durable = record.value  # the live group is already ahead of its image
+
+    def snapshot_records(self) -> list[Record]:
+        """Records that rebuild the current durable state (for WAL compaction): each group's
+        last GROUP_METADATA value, then every committed offset."""
+        records = [Record(RecordType.GROUP_METADATA, key, group.durable)
+                   for key, group in self.groups.items() if group.durable is not None]
+        for org_id, group_id in self.offsets.group_keys():
+            for topic in self.offsets.topics(org_id, group_id):
+                for index, (offset, epoch, metadata, ts) in self.offsets.partitions(org_id, group_id, topic):
+                    records.append(
+                        new_offset_commit_record(org_id, group_id, topic, index, offset, epoch, metadata, ts))
+        return records
+
+    def group_stats(self) -> dict[str, Any]:
+        """Counts for metrics: groups by state, members, offsets, completed rebalances."""
+        by_state = {state.value: 0 for state in ClassicGroupState if state is not ClassicGroupState.DEAD}
+        members = 0
+        for group in self.groups.values():
+            by_state[group.state.value] += 1
+            members += len(group.members)
+        return {
+            "groups": len(self.groups),
+            "groups_by_state": by_state,
+            "members": members,
+            "offsets": self.offsets.count,
+            "groups_with_offsets": self.offsets.group_count(),
+            "completed_rebalances": self.completed_rebalances,
+            "expired_offsets": self.expired_offsets,
+        }

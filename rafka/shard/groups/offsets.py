@@ -1,0 +1,202 @@
+"""OffsetCommit, OffsetFetch, OffsetDelete and offset expiration (Kafka's OffsetMetadataManager).
+
+How this works: handlers only validate and emit records — one OFFSET_COMMIT
+record per committed partition, a tombstone per deleted one — and
+``GroupCoordinator.replay`` applies them to the ``OffsetStore``. A commit is
+fenced exactly as Kafka's ``validateOffsetCommit``: with generation -1 an admin
+client or a consumer without group management may commit to an Empty or absent
+group (an absent one is created as a "simple" group with its own ``cgp_`` id);
+otherwise the member, instance id and generation must match, and commits are
+refused while the group waits for the leader's assignment.
+
+Expiration runs every ``offsets_retention_check_interval_ms``: offsets of an
+Empty group expire ``offsets_retention_ms`` after the group became Empty; those
+of a group with no protocol type (simple consumers) after their commit time;
+those of a Stable consumer group only for topics it no longer subscribes to. An
+Empty group left with no offsets is deleted, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rafka.shard.groups.classic import ClassicGroup
+from rafka.shard.groups.core import Respond
+from rafka.shard.groups.errors import Errors
+from rafka.shard.groups.join import NO_RECORDS
+from rafka.shard.groups.membership import MembershipMixin
+from rafka.shard.groups.offsets_store import OffsetEntry, entry_commit_ts
+from rafka.shard.groups.record_helpers import (
+    new_group_tombstone,
+    new_offset_commit_record,
+    new_offset_commit_tombstone,
+    new_simple_group_record,
+)
+from rafka.shard.groups.state import ClassicGroupState
+from rafka.shard.records import Record
+
+S = ClassicGroupState
+
+
+
+def _all_partitions(op: dict[str, Any], error: int) -> dict[str, Any]:
+    return {"topics": [
+        {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": error}
+                                           for p in t.get("partitions") or []]}
+        for t in op.get("topics") or []
+    ]}
+
+
+class OffsetsMixin(MembershipMixin):
+    """OffsetCommit / OffsetFetch / OffsetDelete handlers and offset expiration."""
+
+    def offset_commit(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        """Handle an OffsetCommit: validate, then one OFFSET_COMMIT record per accepted partition."""
+        self._ensure_loaded(now_ms)
+        group_id = op.get("group_id") or ""  # "" is a valid (legacy) group id for commits
+        generation = op.get("generation_id_or_member_epoch", op.get("generation_id", -1))
+        member_id = op.get("member_id") or ""
+        instance_id = op.get("group_instance_id")
+        records: list[Record] = []
+        group = self._group(org_id, group_id)
+        if group is None:
+            if generation < 0:
+                # admin client or consumer without group management: create a simple group
+                records.append(new_simple_group_record(org_id, group_id, self._new_group_uid(now_ms), now_ms))
+                error = Errors.NONE
+            else:
+                error = Errors.GROUP_ID_NOT_FOUND if op.get("api_version", 0) >= 9 else Errors.ILLEGAL_GENERATION
+        else:
+            error = group.validate_offset_commit(member_id, instance_id, generation)
+            if not error and group.state in (S.STABLE, S.PREPARING_REBALANCE):
+                # a commit keeps a classic member's session alive, as in Kafka
+                self._reschedule_heartbeat(group, group.members[member_id])
+        if error:
+            respond(_all_partitions(op, error))
+            return NO_RECORDS
+
+        max_bytes = self.config.offset_metadata_max_bytes
+        topics_out = []
+        for topic in op.get("topics") or []:
+            name = topic["name"]
+            parts_out = []
+            for p in topic.get("partitions") or []:
+                index = p["partition_index"]
+                metadata = p.get("committed_metadata")
+                if metadata is not None and len(metadata) > max_bytes:
+                    parts_out.append({"partition_index": index, "error_code": Errors.OFFSET_METADATA_TOO_LARGE})
+                    continue
+                epoch = p.get("committed_leader_epoch")
+                records.append(new_offset_commit_record(
+                    org_id, group_id, name, index, p["committed_offset"],
+                    -1 if epoch is None else epoch, metadata or "", now_ms,
+                ))
+                parts_out.append({"partition_index": index, "error_code": Errors.NONE})
+            topics_out.append({"name": name, "partitions": parts_out})
+        respond({"topics": topics_out})
+        return records
+
+    def offset_fetch(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        """Handle an OffsetFetch for one group; never-committed partitions answer offset -1."""
+        self._ensure_loaded(now_ms)
+        group_id = op.get("group_id") or ""
+        group = self._group(org_id, group_id)
+        if group is not None and group.state is S.DEAD:
+            respond({"group_id": group_id, "error_code": Errors.GROUP_ID_NOT_FOUND, "topics": []})
+            return NO_RECORDS
+        store = self.offsets
+        requested = op.get("topics")
+        topics_out = []
+        if requested is None:
+            for name in store.topics(org_id, group_id):
+                topics_out.append({"name": name, "partitions": [
+                    _fetched(index, entry) for index, entry in store.partitions(org_id, group_id, name)]})
+        else:
+            for topic in requested:
+                name = topic["name"]
+                topics_out.append({"name": name, "partitions": [
+                    _fetched(index, store.get(org_id, group_id, name, index))
+                    for index in topic.get("partition_indexes") or []]})
+        respond({"group_id": group_id, "error_code": Errors.NONE, "topics": topics_out})
+        return NO_RECORDS
+
+    def offset_delete(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        """Handle an OffsetDelete: tombstones for topics the group does not subscribe to."""
+        self._ensure_loaded(now_ms)
+        group_id = op.get("group_id") or ""
+        if not group_id:
+            respond({"error_code": Errors.INVALID_GROUP_ID, "topics": []})
+            return NO_RECORDS
+        group = self._group(org_id, group_id)
+        if group is None or group.state is S.DEAD:
+            respond({"error_code": Errors.GROUP_ID_NOT_FOUND, "topics": []})
+            return NO_RECORDS
+        if group.state is not S.EMPTY and not group.uses_consumer_protocol():
+            respond({"error_code": Errors.NON_EMPTY_GROUP, "topics": []})
+            return NO_RECORDS
+        records: list[Record] = []
+        topics_out = []
+        for topic in op.get("topics") or []:
+            name = topic["name"]
+            indexes = [p["partition_index"] for p in topic.get("partitions") or []]
+            if group.is_subscribed_to_topic(name):
+                error = Errors.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                error = Errors.NONE
+                for index in indexes:
+                    if self.offsets.get(org_id, group_id, name, index) is not None:
+                        records.append(new_offset_commit_tombstone(org_id, group_id, name, index))
+            topics_out.append({"name": name, "partitions": [
+                {"partition_index": index, "error_code": error} for index in indexes]})
+        respond({"error_code": Errors.NONE, "topics": topics_out})
+        return records
+
+    # ------------------------------------------------------------ expiration
+    def expire_offsets(self, now_ms: int) -> list[Record]:
+        """Tombstones for expired offsets, and for Empty groups left without offsets."""
+        retention = self.config.offsets_retention_ms
+        records: list[Record] = []
+        for group in list(self.groups.values()):
+            org_id, group_id = group.key
+            all_expired = True
+            if self.offsets.has_offsets(org_id, group_id):
+                all_expired = self._expire_group_offsets(group, now_ms, retention, records)
+            if all_expired and group.state is S.EMPTY:
+                records.append(new_group_tombstone(org_id, group_id))
+        self.expired_offsets += sum(1 for r in records if r.value is None and len(r.key) == 4)
+        return records
+
+    def _expire_group_offsets(self, group: ClassicGroup, now_ms: int, retention: int, records: list[Record]) -> bool:
+        """Append tombstones for ``group``'s expired offsets; True if none would remain."""
+        org_id, group_id = group.key
+        if group.protocol_type is not None:
+            if group.state is S.EMPTY:
+                base = group.state_ts  # counted from when the group became Empty
+                if base is not None and now_ms - base < retention:
+                    return False
+            elif not (group.uses_consumer_protocol() and group.subscribed_topics is not None
+                      and group.state is S.STABLE):
+                return False
+            else:
+                base = None
+        else:
+            base = None  # simple group: counted from each commit
+        all_expired = True
+        for topic in self.offsets.topics(org_id, group_id):
+            if group.is_subscribed_to_topic(topic):
+                all_expired = False
+                continue
+            for index, raw in self.offsets.raw_partitions(org_id, group_id, topic):
+                if now_ms - (entry_commit_ts(raw) if base is None else base) >= retention:
+                    records.append(new_offset_commit_tombstone(org_id, group_id, topic, index))
+                else:
+                    all_expired = False
+        return all_expired
+
+
+def _fetched(index: int, entry: OffsetEntry | None) -> dict[str, Any]:
+    if entry is None:
+        return {"partition_index": index, "committed_offset": -1, "committed_leader_epoch": -1,
+                "metadata": "", "error_code": Errors.NONE}
+    return {"partition_index": index, "committed_offset": entry[0], "committed_leader_epoch": entry[1],
+            "metadata": entry[2], "error_code": Errors.NONE}

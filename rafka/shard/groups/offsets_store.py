@@ -1,0 +1,150 @@
+"""Compact in-memory storage of committed offsets.
+
+How this works: offsets are kept per group as ``{topic: partitions}``. Each
+committed partition is ONE ``bytes`` object packing
+``offset:i64 | leader_epoch:i32 | commit_ts:i64 | metadata (UTF-8)`` — about
+53 bytes for empty metadata, with no boxed ints or per-entry tuples. Partitions
+of a topic live in a list indexed by partition number (a pointer per slot) while
+they are dense, and fall back to a dict for sparse or huge indexes so a hostile
+partition number cannot allocate a huge list. The result is ~60 bytes per
+committed offset instead of ~165 for a dict of tuples.
+
+Only ``GroupCoordinator.replay`` writes here (OFFSET_COMMIT records and their
+tombstones); handlers only read. ``count`` is kept up to date so metrics never
+walk the store.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+# (committed_offset, leader_epoch, metadata, commit_timestamp_ms)
+OffsetEntry = tuple[int, int, str, int]
+Partitions = list[bytes | None] | dict[int, bytes]
+
+_HEAD = struct.Struct(">qiq")
+_HEAD_SIZE = _HEAD.size
+_DENSE_SLACK = 64  # a list may grow to 2 * filled + this many slots
+
+
+def pack_entry(offset: int, leader_epoch: int, metadata: str, commit_ts: int) -> bytes:
+    """Pack one committed offset into its stored form."""
+    head = _HEAD.pack(offset, leader_epoch, commit_ts)
+    return head + metadata.encode("utf-8") if metadata else head
+
+
+def unpack_entry(raw: bytes) -> OffsetEntry:
+    """``(offset, leader_epoch, metadata, commit_ts)`` from the stored form."""
+    offset, epoch, ts = _HEAD.unpack_from(raw)
+    return offset, epoch, raw[_HEAD_SIZE:].decode("utf-8") if len(raw) > _HEAD_SIZE else "", ts
+
+
+def entry_commit_ts(raw: bytes) -> int:
+    """The commit timestamp of a stored entry, without decoding the rest."""
+    return _HEAD.unpack_from(raw)[2]
+
+
+class OffsetStore:
+    """Committed offsets of every group of one coordinator."""
+
+    __slots__ = ("_groups", "count")
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, str], dict[str, Partitions]] = {}
+        self.count = 0
+
+    # ----------------------------------------------------------------- writes
+    def put(self, org_id: str, group_id: str, topic: str, partition: int, raw: bytes) -> None:
+        """Store (or overwrite) one partition's packed entry (see ``pack_entry``)."""
+        topics = self._groups.get((org_id, group_id))
+        if topics is None:
+            topics = self._groups[(org_id, group_id)] = {}
+        parts = topics.get(topic)
+        if parts is None:
+            parts = topics[topic] = []
+        if isinstance(parts, list):
+            size = len(parts)
+            if 0 <= partition < size:
+                if parts[partition] is None:
+                    self.count += 1
+                parts[partition] = raw
+                return
+            if partition == size:  # the common case: partitions committed in order
+                parts.append(raw)
+                self.count += 1
+                return
+            filled = size - parts.count(None)
+            if 0 <= partition < 2 * filled + _DENSE_SLACK:
+                parts.extend([None] * (partition - size))
+                parts.append(raw)
+                self.count += 1
+                return
+            parts = topics[topic] = {i: e for i, e in enumerate(parts) if e is not None}
+        if partition not in parts:
+            self.count += 1
+        parts[partition] = raw
+
+    def delete(self, org_id: str, group_id: str, topic: str, partition: int) -> None:
+        """Forget one partition's committed offset (no-op if absent)."""
+        topics = self._groups.get((org_id, group_id))
+        parts = None if topics is None else topics.get(topic)
+        if parts is None or topics is None:
+            return
+        if isinstance(parts, list):
+            if not 0 <= partition < len(parts) or parts[partition] is None:
+                return
+            parts[partition] = None
+            while parts and parts[-1] is None:
+                parts.pop()
+        else:
+            if parts.pop(partition, None) is None:
+                return
+        self.count -= 1
+        if not parts:
+            del topics[topic]
+            if not topics:
+                del self._groups[(org_id, group_id)]
+
+    # ------------------------------------------------------------------ reads
+    def get(self, org_id: str, group_id: str, topic: str, partition: int) -> OffsetEntry | None:
+        """One partition's committed offset, or None."""
+        topics = self._groups.get((org_id, group_id))
+        parts = None if topics is None else topics.get(topic)
+        if parts is None:
+            return None
+        if isinstance(parts, list):
+            raw = parts[partition] if 0 <= partition < len(parts) else None
+        else:
+            raw = parts.get(partition)
+        return None if raw is None else unpack_entry(raw)
+
+    def has_offsets(self, org_id: str, group_id: str) -> bool:
+        return (org_id, group_id) in self._groups
+
+    def topics(self, org_id: str, group_id: str) -> list[str]:
+        """Topics of a group that have committed offsets, in first-commit order."""
+        return list(self._groups.get((org_id, group_id), ()))
+
+    def raw_partitions(self, org_id: str, group_id: str, topic: str) -> Iterator[tuple[int, bytes]]:
+        """``(partition, packed entry)`` of one topic of a group (snapshot)."""
+        topics = self._groups.get((org_id, group_id))
+        parts = None if topics is None else topics.get(topic)
+        if parts is None:
+            return iter(())
+        if isinstance(parts, list):
+            return iter([(i, raw) for i, raw in enumerate(parts) if raw is not None])
+        return iter(sorted(parts.items()))
+
+    def partitions(self, org_id: str, group_id: str, topic: str) -> Iterator[tuple[int, OffsetEntry]]:
+        """``(partition, entry)`` of one topic of a group, by partition."""
+        for index, raw in self.raw_partitions(org_id, group_id, topic):
+            yield index, unpack_entry(raw)
+
+    def group_keys(self) -> list[tuple[str, str]]:
+        """``(org, group)`` of every group that has committed offsets."""
+        return list(self._groups)
+
+    def group_count(self) -> int:
+        """Number of groups that have at least one committed offset."""
+        return len(self._groups)
