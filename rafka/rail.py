@@ -50,6 +50,34 @@ class Op(IntEnum):
     DELETE_PARTITIONS = 36
 
 
+OP_NAMES: dict[int, str] = {
+    Op.PING: "shard.ping",
+    Op.JOIN_GROUP: "group.join",
+    Op.SYNC_GROUP: "group.sync",
+    Op.HEARTBEAT: "group.heartbeat",
+    Op.LEAVE_GROUP: "group.leave",
+    Op.OFFSET_COMMIT: "group.offset-commit",
+    Op.OFFSET_FETCH: "group.offset-fetch",
+    Op.OFFSET_DELETE: "group.offset-delete",
+    Op.DESCRIBE_GROUP: "group.describe",
+    Op.LIST_GROUPS: "group.list",
+    Op.DELETE_GROUP: "group.delete",
+    Op.CREATE_TOPIC: "topic.create",
+    Op.DELETE_TOPIC: "topic.delete",
+    Op.CREATE_PARTITIONS: "topic.create-partitions",
+    Op.LIST_TOPICS: "topic.list",
+    Op.DESCRIBE_CONFIGS: "topic.describe-configs",
+    Op.PRODUCE: "data.produce",
+    Op.FETCH: "data.fetch",
+    Op.FETCH_CANCEL: "data.fetch-cancel",
+    Op.LIST_OFFSETS: "data.list-offsets",
+    Op.DELETE_RECORDS: "data.delete-records",
+    Op.INIT_PRODUCER_ID: "data.init-producer-id",
+    Op.DELETE_PARTITIONS: "data.delete-partitions",
+}
+"""Span and metric name of each op: ``rafka.shard.<area>.<op>``."""
+
+
 class Status(IntEnum):
     OK = 0
     LOADING = 1

@@ -101,6 +101,12 @@ class Supervisor:
             delay = min(0.2 * (2 ** child.restarts), 5.0)
             log.error("%s (pid %d) exited with code %s after %.1fs; restarting in %.1fs",
                       child.name, child.proc.pid, code, uptime, delay)
+            try:
+                from prometheus_client import multiprocess
+
+                multiprocess.mark_process_dead(child.proc.pid)
+            except Exception:
+                pass
             child.proc = None
             child.next_start = now + delay
 

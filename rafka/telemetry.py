@@ -29,6 +29,8 @@ class _GatewayMetrics:
                                  buckets=LATENCY_BUCKETS)
         self.connections = Gauge("rafka_gateway_connections", "Open client connections", multiprocess_mode="livesum")
         self.closed_bad_input = Counter("rafka_gateway_bad_input_total", "Connections closed for bad input", ["reason"])
+        self.shard_up = Gauge("rafka_gateway_shard_up", "1 when the gateway reaches the shard, 0 when it is down",
+                              ["shard"], multiprocess_mode="livemin")
 
 
 @lru_cache(maxsize=None)
@@ -97,3 +99,31 @@ def shard_span(name: str, traceparent: str | None, **attrs: Any) -> Iterator[Any
         for k, v in attrs.items():
             span.set_attribute(k, v)
         yield span
+
+
+def start_shard_span(name: str, traceparent: str | None) -> Any:
+    """Start (not enter) a ``rafka.shard.<name>`` span under the gateway's span; None when off.
+
+    The runtime ends it when the op is answered, so a parked JoinGroup's span covers its wait.
+    """
+    tracer = _tracer()
+    if tracer is None:
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    parent = TraceContextTextMapPropagator().extract({"traceparent": traceparent}) if traceparent else None
+    return tracer.start_span(f"rafka.shard.{name}", context=parent)
+
+
+def event_span(name: str, parent_span: Any, **attrs: Any) -> None:
+    """Record an instant child span (e.g. ``rafka.shard.coordinator.rebalance-complete``)."""
+    tracer = _tracer()
+    if tracer is None:
+        return
+    from opentelemetry import trace
+
+    ctx = trace.set_span_in_context(parent_span) if parent_span is not None else None
+    span = tracer.start_span(f"rafka.shard.{name}", context=ctx)
+    for k, v in attrs.items():
+        span.set_attribute(k, v)
+    span.end()

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq

@@ -100,6 +100,7 @@ class ShardRouter:
         """Start readers and pings; optionally wait up to ``wait_ready`` s for all shards."""
         loop = asyncio.get_running_loop()
         for s in self._shards:
+            self._set_up_gauge(s)
             s.pump = SocketPump(loop, s.sock, lambda frames, s=s: self._on_reply(s, frames[-1]), lambda: None)
         self._pinger = asyncio.create_task(self._ping_loop())
         deadline = time.monotonic() + wait_ready
@@ -184,7 +185,14 @@ class ShardRouter:
         if not s.alive:
             log.info("shard %d at %s is up (incarnation %s)", s.index, s.endpoint, incarnation)
         s.incarnation = incarnation
-        s.alive = True
+        was_alive, s.alive = s.alive, True
+        if not was_alive:
+            self._set_up_gauge(s)
+
+    def _set_up_gauge(self, s: _Shard) -> None:
+        from rafka.telemetry import gateway_metrics
+
+        gateway_metrics().shard_up.labels(str(s.index)).set(1 if s.alive else 0)
 
     def _fail_pending(self, s: _Shard, exc: Exception) -> None:
         pending, s.pending = s.pending, {}
@@ -200,6 +208,7 @@ class ShardRouter:
                 if s.alive and now - s.last_seen > self.dead_after and s.ping_sent:
                     log.error("shard %d at %s missed pings for %.1fs: marking it down", s.index, s.endpoint, self.dead_after)
                     s.alive = False
+                    self._set_up_gauge(s)
                     self._fail_pending(s, ShardUnavailable(f"shard {s.index} is down"))
                 pid = next(ping_ids)
                 # keep only recent pings so the map stays small while a shard is down

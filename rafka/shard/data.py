@@ -67,6 +67,7 @@ class DataPlane:
                        (Op.DELETE_PARTITIONS, self.delete_partitions), (Op.INIT_PRODUCER_ID, self.init_producer_id)]:
             state.register(op, fn)
         state.on_start.append(self.start)
+        state.data = self
         state.register_replay(RecordType.TOPIC, self.catalog.replay)
         for rtype in (RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCER_STATE):
             state.register_replay(rtype, self._replay_log)

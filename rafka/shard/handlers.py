@@ -55,6 +55,7 @@ class ShardState:
             Op.DELETE_GROUP: groups.delete_group,
         }
         self.on_start: list[Callable[[int], None]] = []
+        self.data: Any = None  # the DataPlane, once installed
         self._replayers: dict[int, Callable[[Record], None]] = {
             RecordType.OFFSET_COMMIT: groups.replay,
             RecordType.GROUP_METADATA: groups.replay,

@@ -23,8 +23,10 @@ from typing import Any, Callable
 
 import zmq
 
-from rafka.rail import Op, SocketPump, Status, pack, unpack
+from rafka import telemetry
+from rafka.rail import OP_NAMES, Op, SocketPump, Status, pack, unpack
 from rafka.shard.handlers import ShardState
+from rafka.shard.metrics import ShardMetrics
 from rafka.shard.records import Record
 
 log = logging.getLogger("rafka.shard")
@@ -68,6 +70,9 @@ class ShardRuntime:
         self.endpoint = endpoint
         self.incarnation = uuid.uuid4().hex
         self.timer = LoopTimer(self)
+        self.metrics = ShardMetrics(shard_id)
+        self.inflight = 0
+        self.current_span: Any = None  # the span of the op being handled (for event spans)
         self.state = state_factory(self)
         self.loading = False
         self._outbox: dict[bytes, list[list[Any]]] = defaultdict(list)
@@ -109,6 +114,30 @@ class ShardRuntime:
             self._schedule_flush()
 
         return respond
+
+    def instrumented(self, name: str, trace: str | None, respond: Respond) -> Respond:
+        """The one instrumentation wrapper: count, time and trace an op until it is answered."""
+        requests, latency = self.metrics.for_op(name)
+        start = time.perf_counter()
+        span = telemetry.start_shard_span(name, trace)
+        self.current_span = span
+        self.inflight += 1
+        metrics = self.metrics
+
+        def respond_instrumented(payload: Any) -> None:
+            self.inflight -= 1
+            requests.inc()
+            latency.observe(time.perf_counter() - start)
+            code = payload.get("error_code") if isinstance(payload, dict) else None
+            if code:
+                metrics.errors.labels(name, metrics.shard, str(code)).inc()
+            if span is not None:
+                if code:
+                    span.set_attribute("kafka.error_code", int(code))
+                span.end()
+            respond(payload)
+
+        return respond_instrumented
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -156,7 +185,7 @@ class ShardRuntime:
         if self.loading:
             self._outbox[ident].append([rid, int(Status.LOADING), None])
             return
-        respond = self.responder(ident, rid)
+        respond = self.instrumented(OP_NAMES.get(op, str(op)), trace, self.responder(ident, rid))
         try:
             self.state.dispatch(Op(op), org_id, payload, self.now_ms(), respond, trace)
         except Exception as exc:
@@ -175,14 +204,46 @@ class ShardRuntime:
         loop = asyncio.get_running_loop()
         self._pump = SocketPump(loop, sock, self._on_frames, self._schedule_flush)
         self._pump.poke()
+        self.metrics.up.labels(self.metrics.shard).set(1)
         await self._recover()
+        self.metrics.up.labels(self.metrics.shard).set(0)
         self.state.start(self.now_ms())
+        self._housekeeping_task = asyncio.create_task(self._housekeeping())
         await self._stopping.wait()
+        self._housekeeping_task.cancel()
         self._pump.close()
         self.timer.cancel_all()
         self._flush()
         self.state.close()
         sock.close(0)
+
+    async def _housekeeping(self) -> None:
+        """Every second: loop lag and queue depth; every 5 s: the state metrics file."""
+        import os
+
+        from rafka.shard.metrics import StateCollector, StateFileWriter
+
+        shard = self.metrics.shard
+        writer = None
+        collector = StateCollector(self.state, self.shard_id)
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            writer = StateFileWriter(collector, os.environ["PROMETHEUS_MULTIPROC_DIR"], self.shard_id)
+        else:
+            from prometheus_client import REGISTRY
+
+            REGISTRY.register(collector)
+        tick = 0
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(1.0)
+            self.metrics.loop_lag.labels(shard).set(max(0.0, time.perf_counter() - before - 1.0))
+            self.metrics.inflight.labels(shard).set(self.inflight)
+            if writer is not None and tick % 5 == 0:
+                try:
+                    writer.write()
+                except Exception:
+                    log.exception("writing state metrics failed")
+            tick += 1
 
     async def _recover(self) -> None:
         """Replay the write-ahead log, answering LOADING meanwhile."""

@@ -28,6 +28,8 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
         shards = len(cfg.endpoints())
         owned = {p for p in range(cfg.coordinator_partitions) if ids.shard_for_partition(p, shards) == shard_id}
         wal = Wal(cfg.data_dir, owned, cfg.coordinator_partitions, fsync=cfg.fsync)
+        fsync_hist = runtime.metrics.fsync.labels(str(shard_id))
+        wal.on_fsync = fsync_hist.observe
     state = ShardState(shard_id, groups, wal=wal)
     DataPlane(shard_id, runtime.timer, cfg.default_partitions).install(state)
     return state

@@ -15,7 +15,7 @@ SERVED = [(s.key, v) for s in REGISTRY.values() for v in range(s.min_version, s.
 
 
 @pytest.mark.parametrize(("api_key", "version"), SERVED)
-@settings(max_examples=15, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=5, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(data=st.data())
 def test_request_round_trip(api_key: int, version: int, data: st.DataObject) -> None:
     """Any valid request decodes, becomes a dict, and rebuilds to the same entity."""
@@ -29,7 +29,7 @@ def test_request_round_trip(api_key: int, version: int, data: st.DataObject) -> 
 
 
 @pytest.mark.parametrize(("api_key", "version"), SERVED)
-@settings(max_examples=10, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=5, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(data=st.data())
 def test_response_round_trip(api_key: int, version: int, data: st.DataObject) -> None:
     cls = codec.response_class(api_key, version)

@@ -54,7 +54,11 @@ class OffsetsMixin(MembershipMixin):
         """Handle an OffsetCommit: validate, then one OFFSET_COMMIT record per accepted partition."""
         self._ensure_loaded(now_ms)
         group_id = op.get("group_id") or ""  # "" is a valid (legacy) group id for commits
-        generation = op.get("generation_id_or_member_epoch", op.get("generation_id", -1))
+        generation = op.get("generation_id_or_member_epoch")
+        if generation is None:
+            generation = op.get("generation_id")
+        if generation is None:
+            generation = -1
         member_id = op.get("member_id") or ""
         instance_id = op.get("group_instance_id")
         records: list[Record] = []

@@ -1,0 +1,135 @@
+"""Shard metrics: one wrapper for every op, plus a collector over the shard's state.
+
+How this works. ``ShardMetrics`` holds the per-op counters and histograms that the
+runtime's single wrapper updates (requests, errors by Kafka error code, latency
+until the reply — a parked JoinGroup counts its whole wait), the in-flight gauge,
+loop lag and WAL fsync latency. These live in prometheus-client's multiprocess
+files under ``rafka serve``.
+
+``StateCollector`` computes, at scrape time, the gauges Kafka operators know:
+groups by state, members, committed offsets, and per partition the committed
+offset (``kafka_consumergroup_current_offset``), members per group
+(``kafka_consumergroup_members``) and log end offsets. A shard under the
+supervisor writes this collector's output to ``<multiproc dir>/state-shard-K.prom``
+every few seconds; the metrics endpoint merges those files and joins committed
+offsets with log end offsets into ``kafka_consumergroup_lag`` (a group and the
+logs it reads usually live on different shards). Per-partition series are capped
+so a shard with a million offsets does not emit a million series.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from rafka.telemetry import LATENCY_BUCKETS
+
+MAX_PARTITION_SERIES = 5000
+
+
+class ShardMetrics:
+    def __init__(self, shard_id: int) -> None:
+        self.shard = str(shard_id)
+        self.requests = Counter("rafka_shard_requests_total", "Ops handled by a shard", ["op", "shard"])
+        self.errors = Counter("rafka_shard_errors_total", "Op replies with a Kafka error code", ["op", "shard", "error_code"])
+        self.latency = Histogram("rafka_shard_request_latency_seconds", "Time from op arrival to reply", ["op", "shard"],
+                                 buckets=LATENCY_BUCKETS)
+        self.inflight = Gauge("rafka_shard_inflight_ops", "Ops received and not yet answered (queue depth, parked included)",
+                              ["shard"], multiprocess_mode="livesum")
+        self.loop_lag = Gauge("rafka_shard_loop_lag_seconds", "Event-loop lag measured by a 1 s timer", ["shard"],
+                              multiprocess_mode="livemax")
+        self.fsync = Histogram("rafka_wal_fsync_latency_seconds", "Duration of one WAL fsync pass", ["shard"],
+                               buckets=LATENCY_BUCKETS)
+        self.up = Gauge("rafka_shard_loading", "1 while the shard replays its write-ahead log", ["shard"],
+                        multiprocess_mode="livemax")
+        self._children: dict[str, tuple[Any, Any]] = {}
+
+    def for_op(self, op: str) -> tuple[Any, Any]:
+        """(requests counter, latency histogram) children for ``op``, cached."""
+        child = self._children.get(op)
+        if child is None:
+            child = self._children[op] = (self.requests.labels(op, self.shard), self.latency.labels(op, self.shard))
+        return child
+
+
+class StateCollector(Collector):
+    """Gauges computed from a shard's groups, offsets and logs when scraped."""
+
+    def __init__(self, state: Any, shard_id: int) -> None:
+        self.state = state
+        self.shard = str(shard_id)
+
+    def collect(self) -> Iterator[Any]:
+        groups = self.state.groups
+        stats = groups.group_stats()
+        by_state = GaugeMetricFamily("rafka_group_count", "Classic groups by state (Kafka classic-group-count)",
+                                     labels=["shard", "state"])
+        for state, n in stats["groups_by_state"].items():
+            by_state.add_metric([self.shard, state], n)
+        yield by_state
+        yield _gauge("rafka_group_members", "Members of all groups on the shard", self.shard, stats["members"])
+        yield _gauge("rafka_offsets_count", "Committed offsets held (Kafka NumOffsets)", self.shard, stats["offsets"])
+        rebal = CounterMetricFamily("rafka_group_rebalances", "Completed rebalances", labels=["shard"])
+        rebal.add_metric([self.shard], stats["completed_rebalances"])
+        yield rebal
+        expired = CounterMetricFamily("rafka_offsets_expired", "Offsets expired by retention", labels=["shard"])
+        expired.add_metric([self.shard], stats.get("expired_offsets", 0))
+        yield expired
+
+        members = GaugeMetricFamily("kafka_consumergroup_members", "Members per consumer group",
+                                    labels=["org", "consumergroup"])
+        for (org, gid), group in list(groups.groups.items()):
+            members.add_metric([org, gid], len(group.members))
+        yield members
+
+        current = GaugeMetricFamily("kafka_consumergroup_current_offset", "Committed offset per group partition",
+                                    labels=["org", "consumergroup", "topic", "partition"])
+        n = 0
+        store = groups.offsets
+        for org, gid in store.group_keys():
+            for topic in store.topics(org, gid):
+                for partition, entry in store.partitions(org, gid, topic):
+                    current.add_metric([org, gid, topic, str(partition)], entry[0])
+                    n += 1
+                    if n >= MAX_PARTITION_SERIES:
+                        break
+        yield current
+
+        leo = GaugeMetricFamily("rafka_partition_log_end_offset", "Log end offset (high watermark) per partition",
+                                labels=["org", "topic", "partition"])
+        start = GaugeMetricFamily("rafka_partition_log_start_offset", "Log start offset per partition",
+                                  labels=["org", "topic", "partition"])
+        logs = getattr(self.state, "data", None)
+        if logs is not None:
+            for i, ((org, topic, partition), plog) in enumerate(list(logs.logs.logs.items())):
+                if i >= MAX_PARTITION_SERIES:
+                    break
+                leo.add_metric([org, topic, str(partition)], plog.log_end_offset)
+                start.add_metric([org, topic, str(partition)], plog.log_start_offset)
+        yield leo
+        yield start
+
+
+def _gauge(name: str, doc: str, shard: str, value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc, labels=["shard"])
+    g.add_metric([shard], value)
+    return g
+
+
+class StateFileWriter:
+    """Writes a shard's state metrics where the supervisor's endpoint merges them."""
+
+    def __init__(self, collector: StateCollector, directory: str, shard_id: int) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(collector)
+        self.path = Path(directory) / f"state-shard-{shard_id}.prom"
+
+    def write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_bytes(generate_latest(self.registry))
+        os.replace(tmp, self.path)
