@@ -45,6 +45,9 @@ class ShardMetrics:
                               multiprocess_mode="livemax")
         self.fsync = Histogram("rafka_wal_fsync_latency_seconds", "Duration of one WAL fsync pass", ["shard"],
                                buckets=LATENCY_BUCKETS)
+        self.rebalance_duration = Histogram("rafka_group_rebalance_duration_seconds",
+                                            "From PreparingRebalance to Stable", ["shard"],
+                                            buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
         self.up = Gauge("rafka_shard_loading", "1 while the shard replays its write-ahead log", ["shard"],
                         multiprocess_mode="livemax")
         self._children: dict[str, tuple[Any, Any]] = {}

@@ -93,6 +93,7 @@ class ShardRuntime:
             self.state.append(records)
 
     def run_timer(self, key: str, callback: Callable[[int], list[Record]]) -> None:
+        self.current_span = None
         try:
             self.apply(callback(self.now_ms()))
         except Exception:
@@ -114,6 +115,15 @@ class ShardRuntime:
             self._schedule_flush()
 
         return respond
+
+    def on_group_event(self, name: str, attrs: dict[str, Any]) -> None:
+        """Telemetry for coordinator events (the group logic itself has none)."""
+        if name == "rebalance-complete":
+            telemetry.event_span("coordinator.rebalance-complete", self.current_span,
+                                 generation_id=attrs["generation_id"], leader_id=attrs["leader_id"],
+                                 group_id=attrs["group_id"])
+        elif name == "rebalance-stable":
+            self.metrics.rebalance_duration.labels(self.metrics.shard).observe(attrs["duration_ms"] / 1000.0)
 
     def instrumented(self, name: str, trace: str | None, respond: Respond) -> Respond:
         """The one instrumentation wrapper: count, time and trace an op until it is answered."""

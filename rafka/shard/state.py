@@ -23,6 +23,7 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
         offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
     )
     groups = GroupCoordinator(group_cfg, runtime.timer)
+    groups.on_event = runtime.on_group_event
     wal = None
     if not cfg.in_memory:
         shards = len(cfg.endpoints())

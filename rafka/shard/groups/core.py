@@ -18,7 +18,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ulid import ULID
 
@@ -94,6 +94,16 @@ class CoordinatorCore:
         self.loading = True
         self.completed_rebalances = 0
         self.expired_offsets = 0
+        # Observer of coordinator events, for telemetry at the edge: called as
+        # on_event(name, attributes) with "rebalance-complete" (join phase done: generation_id,
+        # leader_id) and "rebalance-stable" (assignment delivered: duration_ms). Never mutates state.
+        self.on_event: Callable[[str, dict[str, Any]], None] | None = None
+        self._rebalance_started: dict[tuple[str, str], int] = {}
+
+    def emit(self, name: str, **attrs: Any) -> None:
+        """Tell the observer (if any) about a coordinator event."""
+        if self.on_event is not None:
+            self.on_event(name, attrs)
 
     # --------------------------------------------------------------- loading
     def on_loaded(self, now_ms: int) -> None:

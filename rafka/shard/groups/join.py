@@ -238,6 +238,7 @@ class JoinMixin(CoordinatorCore):
             remaining = max(group.rebalance_timeout_ms() - delay, 0)
             self._schedule_initial_join(group, delay, remaining)
         group.transition_to(S.PREPARING_REBALANCE, now_ms)
+        self._rebalance_started.setdefault(group.key, now_ms)  # type: ignore[attr-defined]
         log.info("preparing to rebalance group %s/%s (generation %d)", *group.key, group.generation_id)
         return NO_RECORDS if is_initial else self._maybe_complete_join_else_schedule(group, now_ms)
 
@@ -307,11 +308,14 @@ class JoinMixin(CoordinatorCore):
 
         group.init_next_generation(now_ms)
         if group.state is S.EMPTY:
+            self._rebalance_started.pop(group.key, None)  # type: ignore[attr-defined]
             log.info("group %s/%s is now empty (generation %d)", group.org_id, group.group_id, group.generation_id)
             return [new_group_metadata_record(group)]
 
         log.info("group %s/%s generation %d: %d members, leader %s",
                  group.org_id, group.group_id, group.generation_id, len(group.members), group.leader_id)
+        self.emit("rebalance-complete", org_id=group.org_id, group_id=group.group_id,  # type: ignore[attr-defined]
+                  generation_id=group.generation_id, leader_id=group.leader_id or "")
         for member in list(group.members.values()):
             response = group.join_response(member.member_id, with_members=group.is_leader(member.member_id))
             group.complete_join_future(member, response)

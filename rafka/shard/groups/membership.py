@@ -91,6 +91,9 @@ class MembershipMixin(JoinMixin):
             member.assignment = by_member.get(member.member_id, b"")
         group.transition_to(S.STABLE, now_ms)
         self.completed_rebalances += 1
+        started = self._rebalance_started.pop(group.key, now_ms)  # type: ignore[attr-defined]
+        self.emit("rebalance-stable", org_id=group.org_id, group_id=group.group_id,  # type: ignore[attr-defined]
+                  generation_id=group.generation_id, duration_ms=now_ms - started)
         self._propagate_assignment(group, Errors.NONE)
         return [new_group_metadata_record(group)]
 
