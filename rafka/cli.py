@@ -6,26 +6,26 @@ import argparse
 import sys
 
 from rafka import logs
-from rafka.config import add_arguments, from_args
+from rafka.config import add_arguments, config_path, from_args, load_file
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(file_values: dict[str, object] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rafka", description="A Kafka-compatible consumer-group broker.")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a gateway and N shards on this machine")
-    add_arguments(serve)
+    add_arguments(serve, file_values=file_values)
     gw = sub.add_parser("gateway", help="run one gateway process")
-    add_arguments(gw)
+    add_arguments(gw, file_values=file_values)
     gw.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     shard = sub.add_parser("shard", help="run one shard process")
-    add_arguments(shard)
+    add_arguments(shard, file_values=file_values)
     shard.add_argument("--id", type=int, required=True, help="the shard's index")
     shard.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
+    ns = build_parser(load_file(config_path(argv))).parse_args(argv)
     cfg = from_args(ns)
     if getattr(ns, "supervised", False):
         from rafka.loops import die_with_parent

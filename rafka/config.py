@@ -31,6 +31,14 @@ class Config:
     max_inflight_per_connection: int = 1024
     reuse_port: bool = False
     log_level: str = "INFO"
+    config: str | None = None  # a TOML file with any of these options (flags and env override it)
+    # security and limits
+    auth_users: str | None = None  # TOML users file: [[users]] name, password | scram, org
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    max_connections: int = 10_000
+    idle_timeout_ms: int = 600_000
     # groups
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
@@ -75,8 +83,39 @@ def _env(name: str, default: Any, kind: Any) -> Any:
     return raw
 
 
-def add_arguments(parser: argparse.ArgumentParser, only: set[str] | None = None) -> None:
-    """Add a ``--flag`` for every config field (or those in ``only``)."""
+def load_file(path: str | None) -> dict[str, Any]:
+    """Options from a TOML config file (keys as flag names, with - or _), or {}."""
+    if not path:
+        return {}
+    import tomllib
+
+    with open(path, "rb") as f:
+        raw = tomllib.load(f)
+    names = {f.name for f in dataclasses.fields(Config)}
+    out = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in names:
+            raise ValueError(f"{path}: unknown option {key!r}")
+        out[name] = ",".join(value) if isinstance(value, list) else value
+    return out
+
+
+def config_path(argv: list[str] | None) -> str | None:
+    """The ``--config`` file named in ``argv`` or ``RAFKA_CONFIG``."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", default=os.environ.get("RAFKA_CONFIG"))
+    ns, _ = pre.parse_known_args(argv)
+    return ns.config  # type: ignore[no-any-return]
+
+
+def add_arguments(parser: argparse.ArgumentParser, only: set[str] | None = None,
+                  file_values: dict[str, Any] | None = None) -> None:
+    """Add a ``--flag`` for every config field (or those in ``only``).
+
+    Precedence: flag > ``RAFKA_<NAME>`` > config file > built-in default.
+    """
+    file_values = file_values or {}
     hints = {f.name: f for f in dataclasses.fields(Config)}
     for name, f in hints.items():
         if only is not None and name not in only:
@@ -86,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser, only: set[str] | None = None)
         if name in ("advertised_port",):
             kind = int
         flag = "--" + name.replace("_", "-")
-        env_default = _env(name, default, kind)
+        env_default = _env(name, file_values.get(name, default), kind)
         if kind is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=env_default,
                                 help=f"(env RAFKA_{name.upper()}, default {default})")
