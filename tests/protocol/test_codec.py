@@ -10,17 +10,18 @@ from kio.serial import entity_writer
 from rafka.gateway import handlers  # noqa: F401  (fills the registry)
 from rafka.gateway.api import REGISTRY
 from rafka.protocol import codec
+from tests.protocol.strategies import entities
 
 SERVED = [(s.key, v) for s in REGISTRY.values() for v in range(s.min_version, s.max_version + 1)]
 
 
 @pytest.mark.parametrize(("api_key", "version"), SERVED)
-@settings(max_examples=5, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(data=st.data())
 def test_request_round_trip(api_key: int, version: int, data: st.DataObject) -> None:
     """Any valid request decodes, becomes a dict, and rebuilds to the same entity."""
     cls = codec.request_class(api_key, version)
-    entity = data.draw(st.from_type(cls))
+    entity = data.draw(entities(cls))
     buf = io.BytesIO()
     entity_writer(cls)(buf, entity)
     decoded = codec.decode_request(cls, buf.getvalue(), 0)
@@ -29,11 +30,11 @@ def test_request_round_trip(api_key: int, version: int, data: st.DataObject) -> 
 
 
 @pytest.mark.parametrize(("api_key", "version"), SERVED)
-@settings(max_examples=5, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(data=st.data())
 def test_response_round_trip(api_key: int, version: int, data: st.DataObject) -> None:
     cls = codec.response_class(api_key, version)
-    entity = data.draw(st.from_type(cls))
+    entity = data.draw(entities(cls))
     assert codec.from_op(cls, codec.to_op(entity)) == entity
     encoded = codec.encode_response(cls, 42, entity)
     assert int.from_bytes(encoded[:4], "big") == len(encoded) - 4

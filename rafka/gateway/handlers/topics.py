@@ -219,7 +219,7 @@ BROKER_CONFIGS = {
 }
 
 
-@api(32, 0, 4, "kafka.describe-configs")
+@api(32, 1, 4, "kafka.describe-configs")
 async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     results = []
     for r in req["resources"]:
