@@ -106,14 +106,16 @@ class ShardState:
         if self.wal is None:
             return
         n = 0
+        replayers = self._replayers
         for record in self.wal.recover():
             try:
-                self.replay(record)
+                replayers[record.type](record)
             except Exception:
                 log.exception("recovery: record %s %s could not be replayed; skipped", record.type, record.key)
             n += 1
-            if n % 10_000 == 0:
+            if not n % 10_000:
                 yield n
+        yield n
         yield n
 
     def close(self) -> None:

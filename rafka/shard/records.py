@@ -10,9 +10,8 @@ data (tuples/lists, dicts, str, int, bytes) so the WAL can store them as is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class RecordType(IntEnum):
@@ -26,9 +25,11 @@ class RecordType(IntEnum):
     PRODUCER_STATE = 13  # key (org, producer_id); value dict | None
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One state change: ``type`` id, ``key`` and ``value`` (``None`` = tombstone)."""
+class Record(NamedTuple):
+    """One state change: ``type`` id, ``key`` and ``value`` (``None`` = tombstone).
+
+    A NamedTuple rather than a dataclass: recovery builds millions of these.
+    """
 
     type: int
     key: tuple[Any, ...]

@@ -9,7 +9,10 @@ partitions, a shard started with another ``--shards`` count simply opens the
 partitions it now owns: nothing moves, nothing is lost.
 
 A stream is a directory of segment files ``<seq>.wal``; each entry is
-``u32 length | u32 crc32c | msgpack [type, key, value]``. Appends go straight to
+``u32 length | u32 crc32c | msgpack [[type, key, value], ...]`` — the records one
+``append`` call gives that stream, written and checksummed as one unit, so a torn
+write loses a whole op's records or none, and recovery decodes thousands of
+records per call into C. Appends go straight to
 the file (page cache). ``commit()`` makes everything appended so far durable under
 the fsync policy and returns a future to wait on (or None when nothing waits):
 
@@ -54,8 +57,9 @@ META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TO
 DATA_TYPES = {RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE}
 
 
-def encode_entry(record: Record) -> bytes:
-    payload = msgpack.packb([int(record.type), list(record.key), record.value], use_bin_type=True)
+def encode_entry(records: list[Record]) -> bytes:
+    """One checksummed entry holding ``records``."""
+    payload = msgpack.packb([(int(r.type), r.key, r.value) for r in records], use_bin_type=True)
     return _HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
@@ -75,10 +79,10 @@ def read_entries(path: Path) -> tuple[list[Record], int, str | None]:
         if crc32c.crc32c(payload) != crc:
             return out, pos, "checksum mismatch"
         try:
-            rtype, key, value = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+            entry = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=False)
         except Exception:
             return out, pos, "undecodable entry"
-        out.append(Record(rtype, tuple(key), value))
+        out.extend(map(Record._make, entry))
         pos = end
     return out, pos, None
 
@@ -117,8 +121,9 @@ class Stream:
                 segs = segs[: i + 1]
             seq = int(seg.stem)
             for r in records:
-                self._note_offsets(seq, r)
-                yield r
+                if r.type == RecordType.PARTITION_BATCH:
+                    self._note_offsets(seq, r)
+            yield from records
             if why is not None:
                 break
         if segs:
@@ -131,8 +136,8 @@ class Stream:
         self.seq = seq
         self.size = os.fstat(self.fd).st_size
 
-    def append(self, record: Record, data: bytes) -> bool:
-        """Append one entry; True when this rolled to a new segment."""
+    def append(self, records: list[Record], data: bytes) -> bool:
+        """Append one entry holding ``records``; True when this rolled to a new segment."""
         rolled = False
         with self.lock:
             if self.fd is None:
@@ -144,7 +149,9 @@ class Stream:
             os.write(self.fd, data)  # type: ignore[arg-type]
             self.size += len(data)
             self.dirty = True
-            self._note_offsets(self.seq, record)
+            for record in records:
+                if record.type == RecordType.PARTITION_BATCH:
+                    self._note_offsets(self.seq, record)
         return rolled
 
     def _roll(self) -> None:
@@ -266,13 +273,18 @@ class Wal:
 
     # -- live path ------------------------------------------------------------
     def append(self, records: list[Record]) -> None:
+        """Write ``records``: one entry per stream they touch, in order."""
+        by_stream: dict[tuple[Any, ...], list[Record]] = {}
         for r in records:
-            s = self._stream(self.stream_key(r))
-            rolled = s.append(r, encode_entry(r))
+            by_stream.setdefault(self.stream_key(r), []).append(r)
+        for key, recs in by_stream.items():
+            s = self._stream(key)
+            rolled = s.append(recs, encode_entry(recs))
             self._written.add(s)
-            if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:
-                s.drop_below(int(r.value.get("log_start_offset", 0)))
-            elif rolled and r.type in META_TYPES:
+            for r in recs:
+                if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:
+                    s.drop_below(int(r.value.get("log_start_offset", 0)))
+            if rolled and key[0] == "meta":
                 self._compact_async(s)
 
     def commit(self) -> concurrent.futures.Future[None] | None:
@@ -340,8 +352,8 @@ class Wal:
             target = sealed[-1]
             tmp = target.with_suffix(".compact")
             with open(tmp, "wb") as f:
-                for r in records:
-                    f.write(encode_entry(r))
+                for i in range(0, len(records), 10_000):
+                    f.write(encode_entry(records[i : i + 10_000]))
                 f.flush()
                 os.fsync(f.fileno())
             # Every surviving value (and tombstone) is in ``target`` after the rename, so replaying
