@@ -1,0 +1,79 @@
+"""Produce and consume throughput: rafka vs librdkafka's mock cluster, same client, same run.
+
+One confluent-kafka producer writes N records of S bytes (lz4-free, acks=all) to a
+4-partition topic, then one consumer reads them all back; MB/s and records/s.
+Usage: python bench/produce_consume.py [--records 200000] [--size 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+
+from common import mock_cluster, rafka, table
+
+
+def run(bootstrap: str, records: int, size: int, create: bool) -> tuple[float, float]:
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    if create:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(15)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10000, "acks": "all",
+                  "queue.buffering.max.messages": 1_000_000})
+    payload = b"x" * size
+    p.produce(topic, payload)  # warm up: metadata, connections
+    p.flush(15)
+    start = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                p.produce(topic, payload)
+                break
+            except BufferError:
+                p.poll(0.01)
+    p.flush(120)
+    produce_s = time.perf_counter() - start
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
+                  "fetch.max.bytes": 52428800, "enable.auto.commit": False})
+    c.subscribe([topic])
+    got = 0
+    first = None
+    deadline = time.perf_counter() + 120
+    while got < records + 1 and time.perf_counter() < deadline:
+        msgs = c.consume(10000, 0.5)
+        if msgs and first is None:
+            first = time.perf_counter()
+        got += sum(1 for m in msgs if not m.error())
+    consume_s = time.perf_counter() - (first or time.perf_counter())
+    c.close()
+    if got < records + 1:
+        raise RuntimeError(f"consumed {got} of {records + 1}")
+    return records / produce_s, (records + 1) / max(consume_s, 1e-9)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--shards", type=int, default=2)
+    args = ap.parse_args()
+    with mock_cluster() as mock:
+        mp, mc = run(mock, args.records, args.size, create=False)
+    rows = []
+    for label, flags in [("batch fsync", []), ("in-memory", ["--in-memory"])]:
+        with rafka(*flags, shards=args.shards) as bootstrap:
+            rp, rc = run(bootstrap, args.records, args.size, create=True)
+        mb = args.size / 1e6
+        rows.append(["produce", label, f"{rp:,.0f} rec/s ({rp * mb:.1f} MB/s)", f"{mp:,.0f} rec/s ({mp * mb:.1f} MB/s)",
+                     f"{rp / mp:.2f}x"])
+        rows.append(["consume", label, f"{rc:,.0f} rec/s ({rc * mb:.1f} MB/s)", f"{mc:,.0f} rec/s ({mc * mb:.1f} MB/s)",
+                     f"{rc / mc:.2f}x"])
+    print(table(rows, ["", "rafka", "rafka", "mock (same run)", "ratio"]))
+
+
+if __name__ == "__main__":
+    main()
