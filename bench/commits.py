@@ -17,9 +17,12 @@ from common import mock_cluster, rafka, table
 
 
 def _client(bootstrap: str, mode: str, seconds: float, out: "mp.Queue[int]") -> None:
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     topic = "bench-commits"
+    warm = Producer({"bootstrap.servers": bootstrap})  # the topic must exist (the mock creates it on produce)
+    warm.produce(topic, b"x", partition=0)
+    warm.flush(15)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "api.version.request": True})
     done = 0

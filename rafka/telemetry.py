@@ -72,13 +72,22 @@ def _traceparent(span: Any) -> str:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
+_NO_SPAN = contextlib.nullcontext(None)
+
+
+def gateway_span(name: str, ctx: Any) -> Any:
+    """A ``rafka.gateway.<name>`` span; entering it gives its traceparent for the rail (None when off).
+
+    With tracing off this returns a shared null context: the per-request cost is one cached call.
+    """
+    if _tracer() is None:
+        return _NO_SPAN
+    return _gateway_span(name, ctx)
+
+
 @contextlib.contextmanager
-def gateway_span(name: str, ctx: Any) -> Iterator[str | None]:
-    """A ``rafka.gateway.<name>`` span; yields its traceparent for the rail (None when off)."""
+def _gateway_span(name: str, ctx: Any) -> Iterator[str | None]:
     tracer = _tracer()
-    if tracer is None:
-        yield None
-        return
     with tracer.start_as_current_span(f"rafka.gateway.{name}") as span:
         span.set_attribute("rafka.org_id", ctx.org_id)
         span.set_attribute("kafka.api_version", ctx.api_version)
