@@ -1,4 +1,4 @@
-"""The `rafka` command: serve | gateway | shard."""
+"""The `rafka` command: serve | gateway | shard, and the operator tools group | topic."""
 
 from __future__ import annotations
 
@@ -21,11 +21,24 @@ def build_parser(file_values: dict[str, object] | None = None) -> argparse.Argum
     add_arguments(shard, file_values=file_values)
     shard.add_argument("--id", type=int, required=True, help="the shard's index")
     shard.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    from rafka.admin.commands import add_admin_parsers
+
+    add_admin_parsers(sub)
     return parser
 
 
+ADMIN_COMMANDS = ("group", "topic")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ns = build_parser(load_file(config_path(argv))).parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    # the operator tools take no broker config file (and `topic create --config` means a topic config)
+    file_values = {} if args and args[0] in ADMIN_COMMANDS else load_file(config_path(args))
+    ns = build_parser(file_values).parse_args(args)
+    if ns.command in ADMIN_COMMANDS:
+        from rafka.admin.commands import run as admin_run
+
+        return admin_run(ns)
     cfg = from_args(ns)
     if getattr(ns, "supervised", False):
         from rafka.loops import die_with_parent
@@ -33,13 +46,19 @@ def main(argv: list[str] | None = None) -> int:
         die_with_parent()
     if ns.command == "serve":
         logs.setup("rafka-serve", cfg.log_level)
+        from rafka.metrics_http import enable_admin_api
         from rafka.supervisor import main as serve_main
 
+        enable_admin_api(cfg)  # the REST admin API on the supervisor's metrics port
         return serve_main(cfg)
     if ns.command == "gateway":
         logs.setup("rafka-gateway", cfg.log_level)
         from rafka.gateway.main import main as gateway_main
 
+        if not ns.supervised:
+            from rafka.metrics_http import enable_admin_api
+
+            enable_admin_api(cfg)  # the REST admin API on this gateway's metrics port
         gateway_main(cfg, standalone_metrics=not ns.supervised)
         return 0
     if ns.command == "shard":

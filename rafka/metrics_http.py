@@ -1,11 +1,13 @@
-"""The metrics/health HTTP endpoint: /metrics, /healthz (liveness), /readyz (readiness)."""
+"""The metrics/health HTTP endpoint: /metrics, /healthz (liveness), /readyz (readiness),
+and the REST admin API under /v1/ (``rafka.admin.rest``) once ``enable_admin_api`` was called.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Any, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
@@ -67,12 +69,66 @@ def _registry() -> CollectorRegistry:
     return DEFAULT_REGISTRY
 
 
-def serve_metrics(port: int, host: str = "127.0.0.1", ready: Callable[[], bool] = lambda: True) -> ThreadingHTTPServer:
-    """Serve metrics and health on ``host:port`` from a daemon thread."""
+_admin_config: Any = None
+_admin_api: Any = None
+_admin_lock = threading.Lock()
+
+
+def enable_admin_api(cfg: Any) -> None:
+    """Serve the REST admin API over the shards of ``cfg`` (a ``rafka.config.Config``)
+    on every metrics server of this process (``rafka serve`` and a standalone gateway)."""
+    global _admin_config, _admin_api
+    with _admin_lock:
+        _admin_config, _admin_api = cfg, None
+
+
+def _admin(explicit: Any) -> Any:
+    """The AdminApi to answer /v1/ with (built on first use), or None."""
+    global _admin_api
+    if explicit is not None:
+        return explicit
+    with _admin_lock:
+        if _admin_api is None and _admin_config is not None:
+            from rafka.admin.rest import AdminApi
+
+            _admin_api = AdminApi.from_config(_admin_config)
+        return _admin_api
+
+
+def serve_metrics(port: int, host: str = "127.0.0.1", ready: Callable[[], bool] = lambda: True,
+                  admin: Any = None) -> ThreadingHTTPServer:
+    """Serve metrics and health on ``host:port`` from a daemon thread.
+
+    ``admin`` (a ``rafka.admin.rest.AdminApi``) answers /v1/ paths; without it the API
+    configured by ``enable_admin_api`` does, if any.
+    """
 
     class Handler(BaseHTTPRequestHandler):
+        def _admin_answer(self, method: str) -> bool:
+            api = _admin(admin)
+            answer = api.handle(method, self.path, self.headers) if api is not None else None
+            if answer is None:
+                return False
+            body = answer.encode()
+            self.send_response(answer.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in answer.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+            return True
+
+        def _not_allowed(self) -> None:
+            if not self._admin_answer(self.command):
+                self.send_error(501, "Unsupported method")
+
+        do_POST = do_PUT = do_PATCH = do_DELETE = _not_allowed  # noqa: N815
+
         def do_GET(self) -> None:  # noqa: N802
             path = self.path.split("?", 1)[0]
+            if path.startswith("/v1") and self._admin_answer("GET"):
+                return
             if path == "/metrics":
                 body, ctype, code = generate_latest(_registry()), CONTENT_TYPE_LATEST, 200
             elif path == "/healthz":

@@ -1,0 +1,206 @@
+"""Scale-out: shards on tcp:// endpoints, several gateways in front of them.
+
+Every process is a real one (`python -m rafka shard …`, `python -m rafka gateway …`),
+as on separate hosts: each has its own data directory and the gateways know the
+shards only by their tcp:// endpoints. Each gateway names itself as the only broker,
+every partition's leader and every group's coordinator; because all gateways route
+a group to the same shard, one group can have members behind different gateways.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.integration.clients import Member, covers_exactly, create_topic, wait_for
+from tests.integration.conftest import ROOT, free_port
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+
+class Proc:
+    """One rafka process with its own log file."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "ab")
+        env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR" and not k.startswith("RAFKA_")}
+        self.proc = subprocess.Popen([sys.executable, "-m", "rafka", *argv], cwd=ROOT, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+class Cluster:
+    """Shards on tcp:// ports and gateways with their own node ids, ports and metrics ports."""
+
+    def __init__(self, tmp: Path, shards: int = 2) -> None:
+        self.tmp = tmp
+        self.endpoints = ",".join(f"tcp://127.0.0.1:{free_port()}" for _ in range(shards))
+        self.procs: list[Proc] = []
+        for k in range(shards):
+            self.procs.append(Proc(f"shard-{k}", ["shard", "--id", str(k), "--shard-endpoints", self.endpoints,
+                                                  "--data-dir", str(tmp / f"shard-{k}"), "--metrics-port", "0"], tmp))
+        self.gateways: list[tuple[int, int, int]] = []  # (node id, port, metrics port)
+
+    def add_gateway(self, node_id: int, port: int | None = None, reuse_port: bool = False) -> tuple[int, int, int]:
+        port = port or free_port()
+        metrics = free_port()
+        argv = ["gateway", "--node-id", str(node_id), "--port", str(port), "--metrics-port", str(metrics),
+                "--advertised-host", "127.0.0.1", "--advertised-port", str(port),
+                "--shard-endpoints", self.endpoints, "--data-dir", str(self.tmp / f"gateway-{node_id}")]
+        if reuse_port:
+            argv.append("--reuse-port")
+        self.procs.append(Proc(f"gateway-{node_id}", argv, self.tmp))
+        gw = (node_id, port, metrics)
+        self.gateways.append(gw)
+        return gw
+
+    def wait_ready(self, port: int, timeout: float = 20.0) -> None:
+        """Until the gateway on ``port`` answers and reaches every shard."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for p in self.procs:
+                if p.proc.poll() is not None:
+                    raise RuntimeError(f"{p.name} exited with {p.proc.returncode}:\n{p.logs()}")
+            try:
+                with RawClient("127.0.0.1", port, timeout=2) as c:
+                    if c.request(16, 4, {"states_filter": []})["error_code"] == 0:
+                        return
+            except (OSError, ConnectionError):
+                pass
+            time.sleep(0.1)
+        raise TimeoutError("gateway not ready:\n" + "\n".join(f"== {p.name}\n{p.logs()}" for p in self.procs))
+
+    def stop(self) -> dict[str, int]:
+        """SIGTERM the gateways, then the shards; their exit codes."""
+        codes = {}
+        for p in sorted(self.procs, key=lambda p: not p.name.startswith("gateway")):
+            codes[p.name] = p.stop()
+        return codes
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        codes = c.stop()
+    assert all(code == 0 for code in codes.values()), codes  # every process stops cleanly on SIGTERM
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_each_gateway_names_itself_in_find_coordinator_and_metadata(cluster: Cluster) -> None:
+    a = cluster.add_gateway(0)
+    b = cluster.add_gateway(1)
+    for _node, port, _m in (a, b):
+        cluster.wait_ready(port)
+    topic = _name("t")
+    create_topic(f"127.0.0.1:{a[1]}", topic, 3)
+    for node, port, _m in (a, b):
+        with RawClient("127.0.0.1", port) as c:
+            fc = c.request(10, 4, {"key_type": 0, "coordinator_keys": ["g1", "g2"]})
+            assert [(x["node_id"], x["host"], x["port"], x["error_code"]) for x in fc["coordinators"]] == [
+                (node, "127.0.0.1", port, 0)] * 2
+            old = c.request(10, 3, {"key": "g1", "key_type": 0})
+            assert (old["node_id"], old["host"], old["port"]) == (node, "127.0.0.1", port)
+            md = c.request(3, 12, {"topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
+                                   "include_topic_authorized_operations": False})
+        assert [(br["node_id"], br["host"], br["port"]) for br in md["brokers"]] == [(node, "127.0.0.1", port)]
+        assert md["controller_id"] == node
+        [t] = md["topics"]
+        assert t["error_code"] == 0  # the topic created through A is in B's catalogue view too
+        assert sorted((p["partition_index"], p["leader_id"]) for p in t["partitions"]) == [(0, node), (1, node),
+                                                                                          (2, node)]
+
+
+def test_one_group_with_members_behind_two_gateways(cluster: Cluster) -> None:
+    a = cluster.add_gateway(0)
+    b = cluster.add_gateway(1)
+    for _node, port, _m in (a, b):
+        cluster.wait_ready(port)
+    boot_a, boot_b = f"127.0.0.1:{a[1]}", f"127.0.0.1:{b[1]}"
+    topic, group = _name("t"), _name("g")
+    create_topic(boot_a, topic, 4)
+    producer = Producer({"bootstrap.servers": boot_b})
+    for i in range(40):
+        producer.produce(topic, value=b"%d" % i, partition=i % 4)
+    assert producer.flush(15) == 0
+
+    member_a = Member(boot_a, group, topic, **{"client.id": "member-a"})
+    member_b = Member(boot_b, group, topic, **{"client.id": "member-b"})
+    try:
+        wait_for(lambda: covers_exactly([member_a, member_b], 4) and member_a.assigned and member_b.assigned, 30,
+                 "one group split between members behind different gateways")
+        assert not member_a.assigned & member_b.assigned
+        wait_for(lambda: {r.partition() for r in member_b.records} >= member_b.assigned, 20,
+                 "member B reads its partitions through gateway B")
+        a_parts = set(member_a.assigned)
+        member_a.stop_polling()
+        # a member's commit through gateway A (checked against the group's generation on its shard)
+        member_a.c.commit(offsets=[TopicPartition(topic, p, 10) for p in sorted(a_parts)], asynchronous=False)
+        # read through gateway B: the group's coordinator shard is the same behind both
+        admin_b = AdminClient({"bootstrap.servers": boot_b})
+        res = admin_b.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(15)
+        committed = {tp.partition: tp.offset for tp in res.topic_partitions if tp.offset >= 0}
+        assert committed == {p: 10 for p in a_parts}
+        desc = admin_b.describe_consumer_groups([group])[group].result(15)
+        assert sorted(m.client_id for m in desc.members) == ["member-a", "member-b"]
+        assert desc.coordinator.id == 1 and desc.coordinator.port == b[1]
+        # the REST admin API of the standalone gateway B sees the same group, with its cgp_ id
+        with urllib.request.urlopen(f"http://127.0.0.1:{b[2]}/v1/orgs/default/consumer-groups/{group}",
+                                    timeout=5) as resp:
+            view = json.load(resp)
+        assert view["state"] == "Stable" and view["group_uid"].startswith("cgp_")
+        assert sorted(m["client_id"] for m in view["members"]) == ["member-a", "member-b"]
+        assert {(o["partition"], o["committed_offset"], o["lag"]) for o in view["offsets"]} == {
+            (p, 10, 0) for p in a_parts}
+    finally:
+        member_a.close()
+        member_b.close()
+
+
+def test_gateways_share_one_port_with_reuse_port(cluster: Cluster) -> None:
+    port = free_port()
+    cluster.add_gateway(0, port=port, reuse_port=True)
+    cluster.add_gateway(1, port=port, reuse_port=True)
+    cluster.wait_ready(port)
+    deadline = time.monotonic() + 15
+    seen: set[int] = set()
+    while seen != {0, 1} and time.monotonic() < deadline:
+        # the kernel spreads new connections over both listeners; each answers as itself
+        with RawClient("127.0.0.1", port) as c:
+            if c.request(16, 4, {"states_filter": []})["error_code"] == 0:
+                seen.add(c.request(10, 3, {"key": "g", "key_type": 0})["node_id"])
+    assert seen == {0, 1}
+    assert all(p.proc.poll() is None for p in cluster.procs)
