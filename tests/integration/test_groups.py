@@ -111,6 +111,8 @@ def test_mixed_client_group(rafka: Rafka) -> None:
     topic, group = _name("t"), _name("g")
     create_topic(rafka.bootstrap, topic, 6)
     ck = Member(rafka.bootstrap, group, topic)
+    # the first member stays leader across rebalances, so the assignment is computed by librdkafka
+    wait_for(lambda: ck.assigned == set(range(6)), 30, "first member assigned")
     kp = KafkaConsumer(topic, bootstrap_servers=rafka.bootstrap, group_id=group, session_timeout_ms=6000,
                        heartbeat_interval_ms=500, enable_auto_commit=False)
 
