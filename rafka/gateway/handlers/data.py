@@ -28,6 +28,15 @@ _fetch_ids = itertools.count(1)
 _gateway_tag = uuid.uuid4().hex[:8]
 
 
+async def _topics(ctx: RequestContext, names: list[str], auto_create: bool) -> tuple[dict[str, Any], int]:
+    """Topic infos by name, and the error for topics without info: UNKNOWN_TOPIC_OR_PARTITION,
+    or the retriable LEADER_NOT_AVAILABLE while the catalogue's shard is down."""
+    try:
+        return await topic_cache(ctx).lookup(ctx, names, auto_create), Err.UNKNOWN_TOPIC_OR_PARTITION
+    except Exception:
+        return {}, Err.LEADER_NOT_AVAILABLE
+
+
 async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], extra: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
     """Send each partition to its owning shard; map (topic, partition) → shard answer."""
     router = ctx.gateway.router
@@ -60,7 +69,7 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
             for p in t["partition_data"]:
                 errors[(t["name"], p["index"])] = Err.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     else:
-        infos = await topic_cache(ctx).lookup(ctx, names, ctx.gateway.config.auto_create_topics)
+        infos, missing = await _topics(ctx, names, ctx.gateway.config.auto_create_topics)
     for t in req["topic_data"]:
         info = infos.get(t["name"])
         for p in t["partition_data"]:
@@ -68,7 +77,7 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
             if key in errors:
                 continue
             if info is None or not 0 <= p["index"] < info["partitions"]:
-                errors[key] = Err.UNKNOWN_TOPIC_OR_PARTITION
+                errors[key] = Err.UNKNOWN_TOPIC_OR_PARTITION if info else missing
                 continue
             parts.append({"topic": t["name"], "partition": p["index"], "records": p.get("records") or b"",
                           "topic_id": info.get("topic_id"), "configs": info.get("configs") or {}})
@@ -133,7 +142,14 @@ async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra:
 
 @api(1, 4, 17, "data.fetch")
 async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    resolved = await _resolve_fetch_topics(ctx, req)
+    try:
+        resolved = await _resolve_fetch_topics(ctx, req)
+    except Exception:  # the catalogue's shard is down: a retriable error for every partition
+        return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": [
+            {"topic": t.get("topic"), "topic_id": t.get("topic_id"), "partitions": [
+                {"partition_index": p["partition"], "error_code": Err.NOT_LEADER_OR_FOLLOWER, "high_watermark": -1,
+                 "last_stable_offset": -1, "log_start_offset": -1, "records": b""} for p in t["partitions"]]}
+            for t in req["topics"]]}
     parts = []
     for t, name, topic_id in resolved:
         if name is None:
@@ -164,7 +180,7 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 
 @api(2, 1, 9, "data.list-offsets")
 async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in req["topics"]], False)
+    infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
     parts = [{"topic": t["name"], "partition": p["partition_index"], "timestamp": p["timestamp"],
               "topic_id": infos[t["name"]]["topic_id"]}  # type: ignore[index]
              for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
@@ -174,7 +190,7 @@ async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, An
     for t in req["topics"]:
         prs = []
         for p in t["partitions"]:
-            a = answers.get((t["name"], p["partition_index"]), {"error_code": Err.UNKNOWN_TOPIC_OR_PARTITION})
+            a = answers.get((t["name"], p["partition_index"]), {"error_code": missing})
             prs.append({"partition_index": p["partition_index"], "error_code": a.get("error_code", 0),
                         "timestamp": a.get("timestamp", -1), "offset": a.get("offset", -1),
                         "leader_epoch": a.get("leader_epoch", -1)})
@@ -184,7 +200,7 @@ async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, An
 
 @api(21, 0, 2, "data.delete-records")
 async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in req["topics"]], False)
+    infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
     parts = [{"topic": t["name"], "partition": p["partition_index"], "offset": p["offset"]}
              for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
              if p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
@@ -193,7 +209,7 @@ async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, 
     for t in req["topics"]:
         prs = []
         for p in t["partitions"]:
-            a = answers.get((t["name"], p["partition_index"]), {"error_code": Err.UNKNOWN_TOPIC_OR_PARTITION})
+            a = answers.get((t["name"], p["partition_index"]), {"error_code": missing})
             prs.append({"partition_index": p["partition_index"], "low_watermark": a.get("low_watermark", -1),
                         "error_code": a.get("error_code", 0)})
         topics.append({"name": t["name"], "partitions": prs})
