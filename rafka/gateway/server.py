@@ -10,32 +10,123 @@ requests are in flight, or the socket's write buffer is full, reading pauses
 or decoded closes that connection with a log line; every other client is
 unaffected. Shutdown stops accepting, lets in-flight requests finish (bounded),
 then closes connections.
+
+Security and limits: with ``--tls-cert``/``--tls-key`` the listener speaks TLS
+(``--tls-client-ca`` additionally requires client certificates). With
+``--auth-users`` every connection must complete a SASL exchange
+(``handlers/sasl.py``, ``auth.py``) before anything but ApiVersions,
+SaslHandshake and SaslAuthenticate; any other request first closes the
+connection, as Kafka does. Until authenticated, a connection handles one SASL
+request at a time: frames behind an unfinished SASL request wait in ``_held``.
+Success sets the connection's ``org_id`` (the user's organisation), which every
+later request carries to the shards. ``kill -HUP`` on the gateway process
+(``rafka-gateway`` in ``ps``) reloads the users file; a bad file keeps the old
+users. Limits: ``max_connections`` (new connections above it are closed),
+``idle_timeout_ms`` (a periodic sweep closes connections with nothing in flight
+and no traffic for that long), ``max_inflight_per_connection`` (reading pauses)
+and ``max_request_bytes`` (the connection is closed); each hit logs a line
+(rate limited, except an oversized request, logged like other bad input) and
+counts ``rafka_gateway_limit_hits_total{limit}``. Before decoding, a request's
+lengths are bounds-checked (``wirecheck.py``): kio would otherwise abort the
+process on an absurd array count.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import signal
 import socket
+import ssl
+import time
 from collections import deque
+from functools import lru_cache
 from typing import Any
+
+from prometheus_client import Counter
 
 from rafka import telemetry
 from rafka.gateway import api as api_mod
+from rafka.gateway import auth, wirecheck
 from rafka.gateway.api import REGISTRY, RequestContext
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
 from rafka.protocol import codec
-from rafka.protocol.framing import FrameDecoder, FrameError
+from rafka.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
 
 log = logging.getLogger("rafka.gateway")
 
 API_VERSIONS = 18
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 UNSUPPORTED_VERSION = 35
+PRE_AUTH_APIS = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
+# A handler's response dict holding this key (True) is written and then the connection closed.
+CLOSE_AFTER = "_rafka_close_after"
+
+_connection: contextvars.ContextVar[KafkaConnection] = contextvars.ContextVar("rafka_connection")
+
+
+def current_connection() -> KafkaConnection:
+    """The connection whose request the running handler serves."""
+    return _connection.get()
+
+
+@lru_cache(maxsize=None)
+def limit_hits() -> Counter:
+    return Counter("rafka_gateway_limit_hits", "Connection limits hit, by limit", ["limit"])
+
+
+class _LimitLog:
+    """Log a limit hit at most once per ``interval`` seconds per limit, counting the rest."""
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self.interval = interval
+        self.next: dict[str, float] = {}
+        self.suppressed: dict[str, int] = {}
+
+    def hit(self, limit: str, msg: str, *args: Any) -> None:
+        limit_hits().labels(limit).inc()
+        now = time.monotonic()
+        if now < self.next.get(limit, 0.0):
+            self.suppressed[limit] = self.suppressed.get(limit, 0) + 1
+            return
+        self.next[limit] = now + self.interval
+        skipped = self.suppressed.pop(limit, 0)
+        if skipped:
+            msg += " (%d more %s hits since the last line)"
+            args = (*args, skipped, limit)
+        log.warning(msg, *args)
+
+
+LIMIT_LOG = _LimitLog()
+
+
+class _Closing(bytes):
+    """A response after which the connection closes."""
+
+
+def ssl_context(config: Any) -> ssl.SSLContext | None:
+    """The listener's TLS context from ``tls_cert``/``tls_key``/``tls_client_ca`` (None: plaintext)."""
+    cert, key, ca = config.tls_cert, config.tls_key, config.tls_client_ca
+    if not cert and not key:
+        if ca:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if not cert or not key:
+        raise ValueError("TLS needs both --tls-cert and --tls-key")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    if ca:
+        ctx.load_verify_locations(cafile=ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
 
 
 class Gateway:
-    """Shared state of one gateway process: config, router, connections."""
+    """Shared state of one gateway process: config, router, connections, users."""
 
     def __init__(self, config: Any, router: ShardRouter) -> None:
         self.config = config
@@ -44,20 +135,77 @@ class Gateway:
         self.advertised_host: str = config.advertised_host or config.host
         self.advertised_port: int = config.advertised_port or config.port
         self.connections: set[KafkaConnection] = set()
+        self.max_connections: int = getattr(config, "max_connections", 0) or 0
+        self.idle_timeout: float = (getattr(config, "idle_timeout_ms", 0) or 0) / 1000
+        self.users_path: str | None = getattr(config, "auth_users", None)
+        self.users: auth.Users | None = auth.load_users(self.users_path) if self.users_path else None
         self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._sighup = False
         from rafka.gateway import handlers  # noqa: F401  (registers every API)
+
+    @property
+    def auth_required(self) -> bool:
+        return self.users is not None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        tls = ssl_context(self.config)
         self._server = await loop.create_server(
             lambda: KafkaConnection(self), self.config.host, self.config.port,
             reuse_address=True, reuse_port=getattr(self.config, "reuse_port", False), backlog=1024,
+            ssl=tls, ssl_handshake_timeout=10.0 if tls is not None else None,
         )
-        log.info("gateway listening on %s:%s (advertised %s:%s)", self.config.host, self.config.port,
-                 self.advertised_host, self.advertised_port)
+        if self.idle_timeout > 0:
+            self._sweeper = asyncio.ensure_future(self._sweep_idle())
+        try:
+            loop.add_signal_handler(signal.SIGHUP, self.reload_users)
+            self._sighup = True
+        except (RuntimeError, ValueError, NotImplementedError):  # not the main thread, or no signals
+            pass
+        security = "SASL_SSL" if tls and self.users else "SSL" if tls else "SASL_PLAINTEXT" if self.users else "PLAINTEXT"
+        log.info("gateway listening on %s:%s (advertised %s:%s, %s%s%s)", self.config.host, self.config.port,
+                 self.advertised_host, self.advertised_port, security,
+                 ", client certificates required" if tls is not None and self.config.tls_client_ca else "",
+                 f", {len(self.users)} users from {self.users_path}" if self.users is not None else "")
+
+    def reload_users(self) -> None:
+        """SIGHUP: re-read the users file; on error keep the current users."""
+        if not self.users_path:
+            log.info("SIGHUP: no --auth-users file configured, nothing to reload")
+            return
+        try:
+            users = auth.load_users(self.users_path)
+        except auth.UsersFileError as exc:
+            log.error("SIGHUP: keeping the %d current users: %s", len(self.users or ()), exc)
+            return
+        self.users = users
+        log.info("SIGHUP: reloaded %d users from %s (open connections keep their identity until they re-authenticate)",
+                 len(users), self.users_path)
+
+    async def _sweep_idle(self) -> None:
+        """Close connections with nothing in flight and no traffic for ``idle_timeout``."""
+        timeout = self.idle_timeout
+        interval = min(max(timeout / 10, 0.05), 10.0)
+        while True:
+            await asyncio.sleep(interval)
+            deadline = time.monotonic() - timeout
+            for conn in [c for c in self.connections if c.last_active < deadline and c.idle()]:
+                LIMIT_LOG.hit("idle_timeout", "closing connection from %s: idle for more than %d ms",
+                              conn.peer, int(timeout * 1000))
+                conn.close()
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Stop accepting, drain in-flight requests (up to ``timeout``), close connections."""
+        if self._sighup:
+            try:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            except (RuntimeError, ValueError):
+                pass
+            self._sighup = False
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -82,10 +230,18 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = "?"
         self.client_host = ""
         self.org_id = DEFAULT_ORG
+        self.auth = auth.ConnectionAuth(required=gateway.auth_required)
         self.max_inflight: int = gateway.config.max_inflight_per_connection
+        self.last_active = time.monotonic()
+        self._held: deque[bytes] = deque()  # frames waiting behind an unfinished SASL request
+        self._sasl_pending = 0
         self._reading_paused = False
         self._writing_paused = False
         self._closed = False
+
+    @property
+    def principal(self) -> str | None:
+        return self.auth.principal
 
     # -- asyncio.Protocol --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -93,6 +249,13 @@ class KafkaConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
         self.client_host = f"/{peer[0]}"
+        cap = self.gw.max_connections
+        if cap > 0 and len(self.gw.connections) >= cap:
+            LIMIT_LOG.hit("max_connections", "closing new connection from %s: %d connections open (max_connections %d)",
+                          self.peer, len(self.gw.connections), cap)
+            self._closed = True
+            transport.close()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -110,6 +273,7 @@ class KafkaConnection(asyncio.Protocol):
         for fut in self.queue:
             fut.cancel()
         self.queue.clear()
+        self._held.clear()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -120,9 +284,14 @@ class KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self.last_active = time.monotonic()
         try:
             frames = self.decoder.feed(data)
         except FrameError as exc:
+            if isinstance(exc, FrameTooLarge) and "size -" not in str(exc):  # negative sizes are just bad input
+                limit_hits().labels("max_request_bytes").inc()  # bad_input logs the line
             self.bad_input("frame", str(exc))
             return
         for frame in frames:
@@ -132,11 +301,36 @@ class KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     # -- requests -----------------------------------------------------------
+    def _must_wait(self) -> bool:
+        """Before authentication, SASL requests are handled one at a time."""
+        return self._sasl_pending > 0 and not self.auth.authenticated
+
     def handle_frame(self, frame: bytes) -> None:
+        if self._held or self._must_wait():
+            self._held.append(frame)
+            return
+        self._dispatch(frame)
+
+    def _release_held(self) -> None:
+        while self._held and not self._closed and not self._must_wait():
+            self._dispatch(self._held.popleft())
+        self._update_reading()
+
+    def _dispatch(self, frame: bytes) -> None:
+        state = self.auth
+        if not state.authenticated and state.raw and state.exchange is not None:
+            self._raw_sasl_token(frame)
+            return
         try:
             api_key, version, correlation_id = codec.peek_key_version_correlation(frame)
         except codec.DecodeError as exc:
             self.bad_input("header", str(exc))
+            return
+        if not state.authenticated and api_key not in PRE_AUTH_APIS:
+            log.warning("closing connection from %s: request with API key %d before SASL authentication",
+                        self.peer, api_key)
+            telemetry.gateway_metrics().closed_bad_input.labels("unauthenticated").inc()
+            self.close()
             return
         spec = REGISTRY.get(api_key)
         if spec is None:
@@ -156,15 +350,40 @@ class KafkaConnection(asyncio.Protocol):
         req_cls = codec.request_class(api_key, version)
         try:
             header = codec.read_request_header(frame, req_cls.__header_schema__.__flexible__)  # type: ignore[union-attr]
+            wirecheck.check_body(req_cls, frame, header.body_offset)  # before kio: it aborts on absurd counts
             body = codec.decode_request(req_cls, frame, header.body_offset)  # type: ignore[arg-type]
             op = codec.to_op(body)
-        except codec.DecodeError as exc:
+        except (codec.DecodeError, wirecheck.WireError) as exc:
             self.bad_input("body", str(exc))
             return
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, self.client_host, self.org_id, self.gw)
+        if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
+            context = contextvars.copy_context()
+            context.run(_connection.set, self)
+            fut = asyncio.get_running_loop().create_task(self._run(spec, ctx, op), context=context)
+            self._sasl_pending += 1
+            self.queue.append(fut)
+            fut.add_done_callback(self._on_done)
+            fut.add_done_callback(self._on_sasl_done)
+            return
         fut = asyncio.ensure_future(self._run(spec, ctx, op))
         self.queue.append(fut)
         fut.add_done_callback(self._on_done)
+
+    def _raw_sasl_token(self, frame: bytes) -> None:
+        """After SaslHandshake v0 the client sends SASL tokens without Kafka headers."""
+        from rafka.gateway.handlers.sasl import raw_token
+
+        reply = raw_token(self, frame)
+        if reply is None:
+            self.close()
+            return
+        self._enqueue_done(len(reply).to_bytes(4, "big") + reply)
+
+    def _on_sasl_done(self, _fut: asyncio.Future[bytes | None]) -> None:
+        self._sasl_pending -= 1
+        if self._held and not self._closed:
+            self._release_held()
 
     async def _run(self, spec: api_mod.ApiSpec, ctx: RequestContext, op: dict[str, Any]) -> bytes | None:
         try:
@@ -176,7 +395,8 @@ class KafkaConnection(asyncio.Protocol):
         if resp is None:
             return None
         cls = codec.response_class(ctx.api_key, ctx.api_version)
-        return codec.encode_response(cls, ctx.correlation_id, codec.from_op(cls, resp))
+        data = codec.encode_response(cls, ctx.correlation_id, codec.from_op(cls, resp))
+        return _Closing(data) if resp.get(CLOSE_AFTER) else data
 
     def _enqueue_done(self, data: bytes) -> None:
         fut: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
@@ -197,20 +417,33 @@ class KafkaConnection(asyncio.Protocol):
                 continue
             data = fut.result()
             if data is not None:
+                self.last_active = time.monotonic()
+                if type(data) is _Closing:
+                    transport.write(bytes(data))
+                    self.close()  # the transport flushes what was written, then closes
+                    continue
                 transport.write(data)
         self._update_reading()
 
     def inflight(self) -> list[asyncio.Future[bytes | None]]:
         return [f for f in self.queue if not f.done()]
 
+    def idle(self) -> bool:
+        """Nothing in flight or waiting."""
+        return not self.queue and not self._held
+
     # -- flow control and closing -------------------------------------------
     def _update_reading(self) -> None:
         if self.transport is None or self._closed:
             return
-        should_pause = self._writing_paused or len(self.queue) >= self.max_inflight
+        backlog = len(self.queue) + len(self._held)
+        should_pause = self._writing_paused or backlog >= self.max_inflight
         if should_pause and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
+            if backlog >= self.max_inflight > 0:
+                LIMIT_LOG.hit("max_inflight", "pausing reads from %s: %d requests in flight "
+                              "(max_inflight_per_connection %d)", self.peer, backlog, self.max_inflight)
         elif not should_pause and self._reading_paused:
             self._reading_paused = False
             self.transport.resume_reading()
