@@ -46,6 +46,8 @@ class Config:
     group_max_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
     offsets_retention_minutes: int = 7 * 24 * 60
+    consumer_group_session_timeout_ms: int = 45_000  # KIP-848 groups (group.consumer.session.timeout.ms)
+    consumer_group_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     # topics
     auto_create_topics: bool = True
     default_partitions: int = 1

@@ -36,6 +36,8 @@ class Op(IntEnum):
     DESCRIBE_GROUP = 8
     LIST_GROUPS = 9
     DELETE_GROUP = 10
+    CONSUMER_GROUP_HEARTBEAT = 11
+    CONSUMER_GROUP_DESCRIBE = 12
     CREATE_TOPIC = 20
     DELETE_TOPIC = 21
     CREATE_PARTITIONS = 22
@@ -62,6 +64,8 @@ OP_NAMES: dict[int, str] = {
     Op.DESCRIBE_GROUP: "group.describe",
     Op.LIST_GROUPS: "group.list",
     Op.DELETE_GROUP: "group.delete",
+    Op.CONSUMER_GROUP_HEARTBEAT: "group.consumer-heartbeat",
+    Op.CONSUMER_GROUP_DESCRIBE: "group.consumer-describe",
     Op.CREATE_TOPIC: "topic.create",
     Op.DELETE_TOPIC: "topic.delete",
     Op.CREATE_PARTITIONS: "topic.create-partitions",

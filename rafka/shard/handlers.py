@@ -60,6 +60,15 @@ class ShardState:
             RecordType.OFFSET_COMMIT: groups.replay,
             RecordType.GROUP_METADATA: groups.replay,
         }
+        # KIP-848 consumer groups live next to the classic ones (rafka.shard.groups.consumer)
+        self.consumer_groups: Any = getattr(groups, "consumer", None)
+        if self.consumer_groups is not None:
+            consumer = self.consumer_groups
+            self.handlers[Op.CONSUMER_GROUP_HEARTBEAT] = consumer.heartbeat
+            self.handlers[Op.CONSUMER_GROUP_DESCRIBE] = consumer.describe
+            for rtype in (RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_MEMBER,
+                          RecordType.CONSUMER_GROUP_TARGET):
+                self.register_replay(rtype, consumer.replay)
 
     def register(self, op: Op, handler: Handler) -> None:
         """Add a handler (each op once)."""
@@ -94,6 +103,8 @@ class ShardState:
 
     def start(self, now_ms: int) -> None:
         self.groups.on_loaded(now_ms)
+        if self.consumer_groups is not None:
+            self.consumer_groups.on_loaded(now_ms)
         for hook in self.on_start:
             hook(now_ms)
 

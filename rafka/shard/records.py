@@ -19,6 +19,9 @@ class RecordType(IntEnum):
 
     OFFSET_COMMIT = 1  # key (org, group, topic, partition); value dict | None
     GROUP_METADATA = 2  # key (org, group); value dict | None
+    CONSUMER_GROUP_METADATA = 3  # key (org, group); value dict | None (KIP-848 group)
+    CONSUMER_GROUP_MEMBER = 4  # key (org, group, member_id); value dict | None
+    CONSUMER_GROUP_TARGET = 5  # key (org, group, member_id); value {topic_id: [partitions]} | None
     TOPIC = 10  # key (org, topic); value dict | None
     PARTITION_BATCH = 11  # key (org, topic, partition); value dict
     PARTITION_TRUNCATE = 12  # key (org, topic, partition); value dict (new log start)

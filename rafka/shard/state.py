@@ -8,6 +8,7 @@ from rafka import ids
 from rafka.config import Config
 from rafka.shard.data import DataPlane
 from rafka.shard.groups import GroupConfig, GroupCoordinator
+from rafka.shard.groups.consumer import ConsumerGroupCoordinator
 from rafka.shard.handlers import ShardState
 from rafka.shard.wal import Wal
 
@@ -21,8 +22,11 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
         max_size=cfg.group_max_size,
         offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
         offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
+        consumer_session_timeout_ms=cfg.consumer_group_session_timeout_ms,
+        consumer_heartbeat_interval_ms=cfg.consumer_group_heartbeat_interval_ms,
     )
     groups = GroupCoordinator(group_cfg, runtime.timer)
+    ConsumerGroupCoordinator(group_cfg, runtime.timer, groups)  # registers itself as groups.consumer
     groups.on_event = runtime.on_group_event
     wal = None
     if not cfg.in_memory:

@@ -53,7 +53,8 @@ log = logging.getLogger("rafka.wal")
 
 _HEAD = struct.Struct(">II")
 MAX_ENTRY = 256 * 1024 * 1024
-META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TOPIC, RecordType.PRODUCER_STATE}
+META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TOPIC, RecordType.PRODUCER_STATE,
+              RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET}
 DATA_TYPES = {RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE}
 
 
@@ -229,7 +230,8 @@ class Wal:
     def stream_key(self, record: Record) -> tuple[Any, ...]:
         k = record.key
         t = record.type
-        if t in (RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA):
+        if t in (RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.CONSUMER_GROUP_METADATA,
+                 RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET):
             return ("meta", ids.coordinator_partition(k[0], k[1], self.partitions))
         if t == RecordType.TOPIC:
             return ("meta", ids.coordinator_partition(k[0], "\0topics", self.partitions))

@@ -47,16 +47,29 @@ def _topic_entry(ctx: RequestContext, t: dict[str, Any]) -> dict[str, Any]:
 async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     requested = req.get("topics")
     names: list[str] | None
+    by_id: list[uuid.UUID] = []
     if requested is None or (ctx.api_version == 0 and not requested):
         names = None
     else:
         names = [t.get("name") for t in requested if t.get("name")]
+        # v10+: a topic may be asked for by id alone (KIP-848 consumers resolve assigned topic ids so)
+        by_id = [t["topic_id"] for t in requested if not t.get("name") and t.get("topic_id") and t["topic_id"].int]
     auto_create = bool(req.get("allow_auto_topic_creation", True)) and ctx.gateway.config.auto_create_topics
     payload = {"names": names, "auto_create": auto_create and names is not None,
                "default_partitions": ctx.gateway.config.default_partitions}
     try:
-        resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
-        topics = [_topic_entry(ctx, t) for t in resp["topics"]]
+        topics = []
+        if names is None or names:
+            resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
+            topics = [_topic_entry(ctx, t) for t in resp["topics"]]
+        for topic_id in by_id:
+            found = await topic_cache(ctx).by_id(ctx, str(topic_id))
+            if found is None:
+                topics.append({"error_code": Err.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
+                               "partitions": [], "is_internal": False,
+                               "topic_authorized_operations": -2147483648})
+            else:
+                topics.append(_topic_entry(ctx, found))
     except Exception as exc:
         log.warning("metadata: topic catalogue unavailable: %r", exc)
         code = Err.LEADER_NOT_AVAILABLE if coordinator_error(exc) else Err.UNKNOWN_SERVER_ERROR

@@ -30,6 +30,11 @@ class AdminMixin(OffsetsMixin):
         """Handle DescribeGroups for one group (members' metadata only when Stable, as Kafka)."""
         self._ensure_loaded(now_ms)
         group_id = op.get("group_id") or ""
+        if self.consumer is not None:
+            described_consumer = self.consumer.describe_as_classic(org_id, group_id)
+            if described_consumer is not None:
+                respond(described_consumer)
+                return NO_RECORDS
         group = self._group(org_id, group_id)
         if group is None or group.state is S.DEAD:
             described = {
@@ -59,6 +64,8 @@ class AdminMixin(OffsetsMixin):
                     continue
                 listed.append({"group_id": group_id, "protocol_type": group.protocol_type or "",
                                "group_state": group.state.value, "group_type": "classic"})
+        if self.consumer is not None and (not types or "consumer" in types):
+            listed.extend(self.consumer.list_groups(org_id, states))
         respond({"error_code": Errors.NONE, "groups": listed})
         return NO_RECORDS
 
@@ -66,6 +73,17 @@ class AdminMixin(OffsetsMixin):
         """Handle DeleteGroups for one group: only an Empty group can be deleted."""
         self._ensure_loaded(now_ms)
         group_id = op.get("group_id") or ""
+        deleted = self.consumer.delete_group(org_id, group_id) if self.consumer is not None else None
+        if deleted is not None:  # a KIP-848 group: only an Empty one can be deleted, with its offsets
+            error, group_records = deleted
+            if error:
+                respond({"group_id": group_id, "error_code": error})
+                return NO_RECORDS
+            offset_records = [new_offset_commit_tombstone(org_id, group_id, topic, index)
+                              for topic in self.offsets.topics(org_id, group_id)
+                              for index, _ in self.offsets.raw_partitions(org_id, group_id, topic)]
+            respond({"group_id": group_id, "error_code": Errors.NONE})
+            return offset_records + group_records
         group = self._group(org_id, group_id)
         if group is None or group.state is S.DEAD:
             respond({"group_id": group_id, "error_code": Errors.GROUP_ID_NOT_FOUND})

@@ -45,7 +45,8 @@ class GroupCoordinator(AdminMixin):
             if value is None:
                 self.offsets.delete(org_id, group_id, topic, partition)
                 return
-            if (org_id, group_id) not in self.groups:
+            if (org_id, group_id) not in self.groups and not (
+                    self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id)):
                 # offsets never exist without a group; tolerate a log that lacks its record
                 self.groups[(org_id, group_id)] = ClassicGroup(org_id, group_id, "", state_ts=value["commit_ts"])
             self.offsets.put(org_id, group_id, topic, partition, pack_entry(

@@ -44,6 +44,10 @@ class GroupConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     new_member_join_timeout_ms: int = 300_000  # group.classic.new.member.join.timeout.ms
     offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    # KIP-848 consumer groups (group.consumer.*)
+    consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors (first = default)
 
 
 class Timer(Protocol):
@@ -99,6 +103,9 @@ class CoordinatorCore:
         # leader_id) and "rebalance-stable" (assignment delivered: duration_ms). Never mutates state.
         self.on_event: Callable[[str, dict[str, Any]], None] | None = None
         self._rebalance_started: dict[tuple[str, str], int] = {}
+        # The KIP-848 coordinator of the same shard (rafka.shard.groups.consumer), if any: the
+        # classic handlers ask it whether a group id belongs to a consumer group.
+        self.consumer: Any = None
 
     def emit(self, name: str, **attrs: Any) -> None:
         """Tell the observer (if any) about a coordinator event."""

@@ -49,13 +49,21 @@ class JoinMixin(CoordinatorCore):
             respond(join_error(member_id, Errors.INVALID_SESSION_TIMEOUT))
             return NO_RECORDS
 
+        released: list[Record] = []
+        if self.consumer is not None:
+            taken = self.consumer.release_for_classic(org_id, group_id)
+            if taken is not None:
+                error, released = taken
+                if error:  # a KIP-848 group with members: no classic member can join it
+                    respond(join_error(member_id, error))
+                    return NO_RECORDS
         group = self._group(org_id, group_id)
         is_new_group = group is None
         if group is None:
             if member_id:
                 # a known member id but no group: the group was deleted or expired
                 respond(join_error(member_id, Errors.UNKNOWN_MEMBER_ID))
-                return NO_RECORDS
+                return released or NO_RECORDS
             group = ClassicGroup(org_id, group_id, self._new_group_uid(now_ms), state_ts=now_ms)
             group.live = True
             self.groups[group.key] = group
@@ -71,7 +79,7 @@ class JoinMixin(CoordinatorCore):
 
         if is_new_group:
             # make the group (and its cgp_ id) durable as an Empty group
-            return [new_group_metadata_record(group, with_members=False), *records]
+            return [*released, new_group_metadata_record(group, with_members=False), *records]
         return records
 
     # ------------------------------------------------------------- join paths

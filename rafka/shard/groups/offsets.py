@@ -62,8 +62,14 @@ class OffsetsMixin(MembershipMixin):
         member_id = op.get("member_id") or ""
         instance_id = op.get("group_instance_id")
         records: list[Record] = []
-        group = self._group(org_id, group_id)
-        if group is None:
+        consumer_error = None
+        if self.consumer is not None:  # a KIP-848 group: the member epoch fences the commit
+            consumer_error = self.consumer.validate_offset_commit(
+                org_id, group_id, member_id, instance_id, generation, op.get("api_version", 0))
+        group = None if consumer_error is not None else self._group(org_id, group_id)
+        if consumer_error is not None:
+            error = consumer_error
+        elif group is None:
             if generation < 0:
                 # admin client or consumer without group management: create a simple group
                 records.append(new_simple_group_record(org_id, group_id, self._new_group_uid(now_ms), now_ms))
@@ -104,6 +110,11 @@ class OffsetsMixin(MembershipMixin):
         """Handle an OffsetFetch for one group; never-committed partitions answer offset -1."""
         self._ensure_loaded(now_ms)
         group_id = op.get("group_id") or ""
+        if self.consumer is not None:
+            error = self.consumer.validate_offset_fetch(org_id, group_id, op.get("member_id"), op.get("member_epoch"))
+            if error:
+                respond({"group_id": group_id, "error_code": error, "topics": []})
+                return NO_RECORDS
         group = self._group(org_id, group_id)
         if group is not None and group.state is S.DEAD:
             respond({"group_id": group_id, "error_code": Errors.GROUP_ID_NOT_FOUND, "topics": []})
@@ -131,19 +142,23 @@ class OffsetsMixin(MembershipMixin):
         if not group_id:
             respond({"error_code": Errors.INVALID_GROUP_ID, "topics": []})
             return NO_RECORDS
-        group = self._group(org_id, group_id)
-        if group is None or group.state is S.DEAD:
-            respond({"error_code": Errors.GROUP_ID_NOT_FOUND, "topics": []})
-            return NO_RECORDS
-        if group.state is not S.EMPTY and not group.uses_consumer_protocol():
-            respond({"error_code": Errors.NON_EMPTY_GROUP, "topics": []})
-            return NO_RECORDS
+        if self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id):
+            subscribed = lambda name: self.consumer.is_subscribed_to_topic(org_id, group_id, name)
+        else:
+            group = self._group(org_id, group_id)
+            if group is None or group.state is S.DEAD:
+                respond({"error_code": Errors.GROUP_ID_NOT_FOUND, "topics": []})
+                return NO_RECORDS
+            if group.state is not S.EMPTY and not group.uses_consumer_protocol():
+                respond({"error_code": Errors.NON_EMPTY_GROUP, "topics": []})
+                return NO_RECORDS
+            subscribed = group.is_subscribed_to_topic
         records: list[Record] = []
         topics_out = []
         for topic in op.get("topics") or []:
             name = topic["name"]
             indexes = [p["partition_index"] for p in topic.get("partitions") or []]
-            if group.is_subscribed_to_topic(name):
+            if subscribed(name):
                 error = Errors.GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 error = Errors.NONE

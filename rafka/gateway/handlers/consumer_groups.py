@@ -1,0 +1,145 @@
+"""KIP-848 consumer groups: ConsumerGroupHeartbeat 0–1 and ConsumerGroupDescribe 0–1.
+
+The group lives on the shard of ``stable_hash(org_id, group_id)`` next to classic
+groups of that id. Server-side assignment needs topic metadata owned by the
+catalogue shard, so the gateway resolves what the group subscribes to and passes
+it in the op: ``topics`` ``{name: {"topic_id", "partitions"} | None}`` for the
+request's ``subscribed_topic_names`` plus the names the group's other members
+subscribe to (learnt from the shard's previous replies), and ``regex_topics``
+``{regex: [names]}`` for regex subscriptions (v1), matched with Python ``re``
+``fullmatch`` against the organisation's whole topic list — Kafka uses RE2/J, so
+RE2-only syntax (``\\C``, ``\\pN`` forms) or Python-only syntax (lookarounds,
+backreferences) may differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from typing import Any
+
+from rafka.gateway.api import RequestContext, api
+from rafka.gateway.handlers.errors import Err, coordinator_error
+from rafka.gateway.handlers.topics import catalog_call, topic_cache
+from rafka.rail import Op
+
+INVALID_REGULAR_EXPRESSION = 128
+_ALL_TOPICS_TTL = 1.0
+
+
+def _subscriptions(ctx: RequestContext) -> dict[tuple[str, str], dict[str, list[str]]]:
+    gw = ctx.gateway
+    subs = getattr(gw, "consumer_group_subscriptions", None)
+    if subs is None:
+        subs = gw.consumer_group_subscriptions = {}
+    return subs  # type: ignore[no-any-return]
+
+
+async def _all_topics(ctx: RequestContext) -> list[dict[str, Any]]:
+    """The organisation's topics (cached for a second per gateway)."""
+    gw = ctx.gateway
+    cache = getattr(gw, "consumer_group_all_topics", None)
+    if cache is None:
+        cache = gw.consumer_group_all_topics = {}
+    now = time.monotonic()
+    hit = cache.get(ctx.org_id)
+    if hit and hit[0] > now:
+        return hit[1]  # type: ignore[no-any-return]
+    resp = await catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False})
+    topics = [t for t in resp["topics"] if not t.get("error_code")]
+    cache[ctx.org_id] = (now + _ALL_TOPICS_TTL, topics)
+    return topics
+
+
+def _error(code: int, message: str | None, member_id: str | None) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": member_id,
+            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+
+
+@api(68, 0, 1, "group.consumer-heartbeat")
+async def consumer_group_heartbeat(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    group_id = req.get("group_id") or ""
+    payload = dict(req)
+    payload["api_version"] = ctx.api_version
+    payload["client_id"] = ctx.client_id or ""
+    payload["client_host"] = ctx.client_host
+    if req.get("topic_partitions") is not None:
+        payload["topic_partitions"] = [{"topic_id": str(tp["topic_id"]), "partitions": list(tp["partitions"])}
+                                       for tp in req["topic_partitions"]]
+    known = _subscriptions(ctx).get((ctx.org_id, group_id), {})
+    names = set(req.get("subscribed_topic_names") or []) | set(known.get("names", []))
+    regexes = set(known.get("regexes", []))
+    own_regex = req.get("subscribed_topic_regex")
+    if own_regex:
+        try:
+            re.compile(own_regex)
+        except re.error as exc:
+            return _error(INVALID_REGULAR_EXPRESSION, f"Invalid regular expression {own_regex!r}: {exc}",
+                          req.get("member_id"))
+        regexes.add(own_regex)
+    topics: dict[str, Any] = {}
+    regex_topics: dict[str, list[str]] = {}
+    try:
+        if regexes:
+            listing = await _all_topics(ctx)
+            for regex in regexes:
+                try:
+                    pattern = re.compile(regex)
+                except re.error:
+                    continue
+                matched = [t for t in listing if pattern.fullmatch(t["name"])]
+                regex_topics[regex] = [t["name"] for t in matched]
+                for t in matched:
+                    topics[t["name"]] = {"topic_id": t.get("topic_id"), "partitions": t.get("partitions", 0)}
+        wanted = [n for n in names if n not in topics]
+        if wanted:
+            found = await topic_cache(ctx).lookup(ctx, wanted, False)
+            for n in wanted:
+                t = found.get(n)
+                topics[n] = {"topic_id": t.get("topic_id"), "partitions": t.get("partitions", 0)} if t else None
+    except Exception as exc:  # catalogue unavailable: the shard keeps its last known metadata
+        if not coordinator_error(exc):
+            raise
+        topics, regex_topics = {}, {}
+    payload["topics"] = {n: v for n, v in topics.items() if v is None or v.get("topic_id")}
+    payload["regex_topics"] = regex_topics
+    router = ctx.gateway.router
+    try:
+        resp = await router.call(router.shard_for_group(ctx.org_id, group_id), Op.CONSUMER_GROUP_HEARTBEAT,
+                                 ctx.org_id, payload, ctx.trace)
+    except Exception as exc:
+        return _error(coordinator_error(exc) or Err.UNKNOWN_SERVER_ERROR, None, req.get("member_id"))
+    subscribed = resp.pop("subscribed", None)
+    if subscribed is not None:
+        _subscriptions(ctx)[(ctx.org_id, group_id)] = subscribed
+    assignment = resp.get("assignment")
+    if assignment is not None:
+        for tp in assignment["topic_partitions"]:
+            tp["topic_id"] = uuid.UUID(tp["topic_id"])
+    resp["throttle_time"] = 0
+    return resp
+
+
+@api(69, 0, 1, "group.consumer-describe")
+async def consumer_group_describe(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    router = ctx.gateway.router
+
+    async def one(group_id: str) -> dict[str, Any]:
+        try:
+            resp: dict[str, Any] = await router.call(
+                router.shard_for_group(ctx.org_id, group_id), Op.CONSUMER_GROUP_DESCRIBE, ctx.org_id,
+                {"group_id": group_id, "api_version": ctx.api_version}, ctx.trace)
+        except Exception as exc:
+            return {"error_code": coordinator_error(exc) or Err.UNKNOWN_SERVER_ERROR, "group_id": group_id,
+                    "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                    "members": [], "authorized_operations": -2147483648}
+        for m in resp.get("members", []):
+            for key in ("assignment", "target_assignment"):
+                for tp in m[key]["topic_partitions"]:
+                    tp["topic_id"] = uuid.UUID(tp["topic_id"])
+        return resp
+
+    groups = await asyncio.gather(*(one(g) for g in req["group_ids"]))
+    return {"throttle_time": 0, "groups": list(groups)}
