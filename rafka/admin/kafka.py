@@ -22,6 +22,7 @@ STATE_NAMES = {"UNKNOWN": "Unknown", "PREPARING_REBALANCING": "PreparingRebalanc
 """confluent-kafka's ConsumerGroupState names → Kafka's group state names."""
 
 _NOT_FOUND_CODES = {"GROUP_ID_NOT_FOUND", "UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID"}
+_TIMEOUT_CODES = {"_TIMED_OUT", "REQUEST_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN"}
 
 EARLIEST, LATEST = -2, -1
 
@@ -64,10 +65,10 @@ def client_config(bootstrap: str, *, security_protocol: str | None = None, sasl_
 
 def _error(exc: BaseException, what: str) -> Exception:
     """An AdminError for a failed client future."""
-    if isinstance(exc, concurrent.futures.TimeoutError):
-        return KafkaFailure(f"{what}: timed out (is the broker reachable?)")
     err = exc.args[0] if exc.args else None
     name = getattr(err, "name", lambda: "")() if err is not None and hasattr(err, "name") else ""
+    if isinstance(exc, concurrent.futures.TimeoutError) or name in _TIMEOUT_CODES:
+        return KafkaFailure(f"{what}: timed out (is the broker reachable?)")
     text = err.str() if err is not None and hasattr(err, "str") else str(exc)
     if name in _NOT_FOUND_CODES:
         return NotFound(f"{what}: {text}")
@@ -115,7 +116,7 @@ class Cluster:
             return fut.result(timeout=self.timeout)
         except Exception as exc:
             err = _error(exc, what)
-            if isinstance(exc, concurrent.futures.TimeoutError):
+            if str(err).endswith("(is the broker reachable?)"):
                 self.admin.poll(0)  # deliver librdkafka's queued log lines
                 if self._problems.last:
                     err = KafkaFailure(f"{err} (last client error: {self._problems.last})")
