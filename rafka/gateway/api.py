@@ -78,24 +78,38 @@ def _error_codes(resp: Any, out: list[int], depth: int = 0) -> None:
             _error_codes(item, out, depth + 1)
 
 
+_CHILDREN: dict[str, tuple[Any, Any]] = {}
+
+
+def _children(label: str) -> tuple[Any, Any]:
+    """The request counter and latency histogram of one API (labels resolved once)."""
+    pair = _CHILDREN.get(label)
+    if pair is None:
+        metrics = telemetry.gateway_metrics()
+        pair = _CHILDREN[label] = (metrics.requests.labels(label), metrics.latency.labels(label))
+    return pair
+
+
 async def run(spec: ApiSpec, ctx: RequestContext, op: dict[str, Any]) -> dict[str, Any] | None:
     """Run ``spec``'s handler with metrics and a span around it."""
-    metrics = telemetry.gateway_metrics()
     label = spec.name
+    requests, latency = _children(label)
     start = time.perf_counter()
-    with telemetry.gateway_span(spec.name, ctx) as trace:
+    with telemetry.gateway_span(label, ctx) as trace:
         ctx.trace = trace
         try:
             resp = await spec.fn(ctx, op)
         except Exception:
-            metrics.errors.labels(label, "exception").inc()
+            telemetry.gateway_metrics().errors.labels(label, "exception").inc()
             raise
         finally:
-            metrics.requests.labels(label).inc()
-            metrics.latency.labels(label).observe(time.perf_counter() - start)
+            requests.inc()
+            latency.observe(time.perf_counter() - start)
     if resp is not None:
         codes: list[int] = []
         _error_codes(resp, codes)
-        for code in set(codes):
-            metrics.errors.labels(label, str(code)).inc()
+        if codes:
+            errors = telemetry.gateway_metrics().errors
+            for code in set(codes):
+                errors.labels(label, str(code)).inc()
     return resp

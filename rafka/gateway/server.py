@@ -52,7 +52,7 @@ from rafka.gateway import auth, wirecheck
 from rafka.gateway.api import REGISTRY, RequestContext
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
-from rafka.protocol import codec
+from rafka.protocol import codec, fastwrite
 from rafka.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
 
 log = logging.getLogger("rafka.gateway")
@@ -395,7 +395,7 @@ class KafkaConnection(asyncio.Protocol):
         if resp is None:
             return None
         cls = codec.response_class(ctx.api_key, ctx.api_version)
-        data = codec.encode_response(cls, ctx.correlation_id, codec.from_op(cls, resp))
+        data = fastwrite.encode_response(cls, ctx.correlation_id, resp)
         return _Closing(data) if resp.get(CLOSE_AFTER) else data
 
     def _enqueue_done(self, data: bytes) -> None:
@@ -405,8 +405,11 @@ class KafkaConnection(asyncio.Protocol):
         self._on_done(fut)
 
     def _on_done(self, _fut: asyncio.Future[bytes | None]) -> None:
+        """Write every finished response at the head of the queue, in order, with one write."""
         queue = self.queue
         transport = self.transport
+        out: list[bytes] = []
+        close = False
         while queue and queue[0].done():
             fut = queue.popleft()
             if fut.cancelled() or transport is None or self._closed:
@@ -417,12 +420,16 @@ class KafkaConnection(asyncio.Protocol):
                 continue
             data = fut.result()
             if data is not None:
-                self.last_active = time.monotonic()
+                out.append(data)
                 if type(data) is _Closing:
-                    transport.write(bytes(data))
-                    self.close()  # the transport flushes what was written, then closes
-                    continue
-                transport.write(data)
+                    close = True
+                    break
+        if out and transport is not None:
+            self.last_active = time.monotonic()
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            if close:
+                self.close()  # the transport flushes what was written, then closes
+                return
         self._update_reading()
 
     def inflight(self) -> list[asyncio.Future[bytes | None]]:

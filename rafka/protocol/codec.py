@@ -29,7 +29,7 @@ from kio.serial import entity_reader, entity_writer
 _HDR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_MS = datetime.timedelta(milliseconds=1)
+_MS_DELTA = datetime.timedelta(milliseconds=1)
 
 
 class DecodeError(Exception):
@@ -177,39 +177,69 @@ def _base(tp: Any) -> Any:
     return tp
 
 
+_PLAIN, _MANY, _ONE, _MS, _ENUM, _BYTES, _LIST = range(7)
+
+
 @lru_cache(maxsize=None)
-def _to_op_plan(cls: type) -> tuple[tuple[str, Any], ...]:
+def _to_op_plan(cls: type) -> tuple[tuple[str, int, Any], ...]:
+    """Per field: (name, conversion, nested class) — decided once per class, not per value."""
     hints = typing.get_type_hints(cls)
     plan = []
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         elem = _elem_entity(tp)
-        plan.append((f.name, ("many", elem) if elem else _base(tp)))
+        kind = _base(tp)
+        if elem:
+            plan.append((f.name, _MANY, elem))
+        elif dataclasses.is_dataclass(kind):
+            plan.append((f.name, _ONE, kind))
+        elif kind is datetime.timedelta:
+            plan.append((f.name, _MS, None))
+        elif kind is enum.Enum:
+            plan.append((f.name, _ENUM, None))
+        elif kind is bytes:
+            plan.append((f.name, _BYTES, None))
+        elif typing.get_origin(_strip_optional(tp)) is tuple:
+            plan.append((f.name, _LIST, None))
+        else:
+            plan.append((f.name, _PLAIN, None))
     return tuple(plan)
 
 
 def to_op(entity: Any) -> dict[str, Any]:
     """A kio entity as a plain dict (timedeltas → ms, enums → int, nested → dicts)."""
-    out: dict[str, Any] = {}
-    for name, kind in _to_op_plan(type(entity)):
-        value = getattr(entity, name)
-        if value is None:
-            out[name] = None
-        elif type(kind) is tuple:
-            out[name] = [to_op(v) for v in value]
-        elif dataclasses.is_dataclass(kind):
-            out[name] = to_op(value)
-        elif kind is datetime.timedelta:
-            out[name] = value // _MS if isinstance(value, datetime.timedelta) else int(value)
-        elif kind is enum.Enum:
-            out[name] = int(value.value)
-        elif isinstance(value, tuple):
-            out[name] = list(value)
-        elif kind is bytes:
-            out[name] = bytes(value)
+    return _converter(type(entity))(entity)
+
+
+def _ms(value: Any) -> int:
+    return value // _MS_DELTA if isinstance(value, datetime.timedelta) else int(value)
+
+
+@lru_cache(maxsize=None)
+def _converter(cls: type) -> Callable[[Any], dict[str, Any]]:
+    """Compile ``to_op`` for one class into a single dict expression (it runs per request)."""
+    env: dict[str, Any] = {"_ms": _ms, "_bytes": bytes, "_list": list}
+    items = []
+    for i, (name, conv, nested) in enumerate(_to_op_plan(cls)):
+        v = f"e.{name}"
+        if conv is _PLAIN:
+            items.append(f"{name!r}: {v}")
+            continue
+        if conv is _MANY or conv is _ONE:
+            env[f"_c{i}"] = _converter(nested)
+            expr = f"[_c{i}(x) for x in {v}]" if conv is _MANY else f"_c{i}({v})"
+        elif conv is _MS:
+            expr = f"_ms({v})"
+        elif conv is _ENUM:
+            expr = f"int({v}.value)"
+        elif conv is _BYTES:
+            expr = f"_bytes({v})"
         else:
-            out[name] = value
-    return out
+            expr = f"_list({v})"
+        items.append(f"{name!r}: None if {v} is None else {expr}")
+    src = "def convert(e):\n    return {" + ", ".join(items) + "}\n"
+    exec(compile(src, f"<to_op {cls.__module__}.{cls.__name__}>", "exec"), env)
+    return env["convert"]  # type: ignore[no-any-return]
 
 
 def _zero(tp: Any) -> Any:

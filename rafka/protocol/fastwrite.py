@@ -1,0 +1,262 @@
+"""Encode responses straight from op dicts, without building kio entities.
+
+How this works: kio's writer validates every value by constructing typed entities
+first (``codec.from_op``), which costs ~45 µs for even a tiny OffsetCommit response —
+the largest single cost per request in the gateway (see BENCHMARKS.md). This module
+compiles, once per kio response class, a plan of small writer closures from the same
+schema metadata kio uses (each field's ``kafka_type``, tag, optionality and the
+class's flexible flag) and runs it over the handler's dict, appending to one
+``bytearray``. Missing keys and ``None`` for non-nullable fields take the same
+defaults ``codec.from_op`` uses, tagged fields are written only when they differ
+from their default, in tag order — so the bytes are identical to kio's, which
+``tests/protocol/test_fastwrite.py`` checks for every API and version the gateway
+serves. Values may be in op form (ms ints, error-code ints) or kio form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import struct
+import uuid
+from functools import lru_cache
+from typing import Any, Callable
+
+from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveField, PrimitiveTupleField,
+                                    classify_field, get_field_tag, get_schema_field_type, is_optional)
+
+Write = Callable[[bytearray, Any], None]
+
+_ZERO_UUID = bytes(16)
+
+
+def _uvarint(out: bytearray, n: int) -> None:
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _packer(fmt: str) -> Write:
+    pack = struct.Struct(fmt).pack
+
+    def write(out: bytearray, v: Any) -> None:
+        out += pack(v if type(v) is int else _num(v))
+
+    return write
+
+
+def _num(v: Any) -> Any:
+    """An op value as a plain number (error codes, timedeltas, bools, floats)."""
+    if isinstance(v, enum.Enum):
+        return int(v.value)
+    if isinstance(v, datetime.timedelta):
+        return round(v.total_seconds() * 1000)
+    return v
+
+
+def _write_float(out: bytearray, v: Any) -> None:
+    out += struct.pack(">d", v)
+
+
+def _write_bool(out: bytearray, v: Any) -> None:
+    out.append(1 if v else 0)
+
+
+def _to_bytes(v: Any) -> bytes:
+    return v.encode() if isinstance(v, str) else v
+
+
+def _compact_str(out: bytearray, v: Any) -> None:
+    if v is None:
+        out.append(0)
+        return
+    b = _to_bytes(v)
+    _uvarint(out, len(b) + 1)
+    out += b
+
+
+def _legacy_str(out: bytearray, v: Any) -> None:
+    if v is None:
+        out += b"\xff\xff"
+        return
+    b = _to_bytes(v)
+    out += len(b).to_bytes(2, "big")
+    out += b
+
+
+def _legacy_bytes(out: bytearray, v: Any) -> None:
+    if v is None:
+        out += b"\xff\xff\xff\xff"
+        return
+    out += len(v).to_bytes(4, "big")
+    out += v
+
+
+def _uuid(out: bytearray, v: Any) -> None:
+    if v is None:
+        out += _ZERO_UUID
+    elif isinstance(v, uuid.UUID):
+        out += v.bytes
+    elif isinstance(v, (bytes, bytearray)):
+        out += v
+    else:
+        out += uuid.UUID(str(v)).bytes
+
+
+def _datetime(nullable: bool) -> Write:
+    def write(out: bytearray, v: Any) -> None:
+        if v is None and nullable:
+            ms = -1
+        elif isinstance(v, datetime.datetime):
+            ms = round(v.timestamp() * 1000)
+        else:
+            ms = int(v)
+        out += ms.to_bytes(8, "big", signed=True)
+
+    return write
+
+
+_FIXED = {"int8": ">b", "int16": ">h", "int32": ">i", "int64": ">q", "uint8": ">B", "uint16": ">H",
+          "uint32": ">I", "uint64": ">Q", "error_code": ">h", "timedelta_i32": ">i", "timedelta_i64": ">q"}
+
+
+def _primitive(kafka_type: str, flexible: bool, nullable: bool) -> Write:
+    if kafka_type in _FIXED:
+        return _packer(_FIXED[kafka_type])
+    if kafka_type == "bool":
+        return _write_bool
+    if kafka_type == "float64":
+        return _write_float
+    if kafka_type == "uuid":
+        return _uuid
+    if kafka_type == "datetime_i64":
+        return _datetime(nullable)
+    if kafka_type == "string":
+        return _compact_str if flexible else _legacy_str
+    if kafka_type in ("bytes", "records"):
+        return _compact_str if flexible else _legacy_bytes
+    raise NotImplementedError(f"no writer for Kafka type {kafka_type!r}")
+
+
+def _array(item: Write, flexible: bool) -> Write:
+    if flexible:
+        def write_compact(out: bytearray, items: Any) -> None:
+            if items is None:
+                out.append(0)
+                return
+            _uvarint(out, len(items) + 1)
+            for v in items:
+                item(out, v)
+
+        return write_compact
+
+    def write_legacy(out: bytearray, items: Any) -> None:
+        if items is None:
+            out += b"\xff\xff\xff\xff"
+            return
+        out += len(items).to_bytes(4, "big")
+        for v in items:
+            item(out, v)
+
+    return write_legacy
+
+
+def _nullable_entity(write_entity: Write) -> Write:
+    def write(out: bytearray, v: Any) -> None:
+        if v is None:
+            out.append(0xFF)
+            return
+        out.append(1)
+        write_entity(out, v)
+
+    return write
+
+
+def _op_form(v: Any) -> Any:
+    """A default value as it appears in an op dict (for comparing tagged fields)."""
+    if isinstance(v, (enum.Enum, datetime.timedelta)):
+        return _num(v)
+    if dataclasses.is_dataclass(v):
+        from rafka.protocol.codec import to_op
+
+        return to_op(v)
+    if isinstance(v, tuple):
+        return list(v)
+    return v
+
+
+def _field_writer(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -> Write:
+    optional = False if tagged else is_optional(field)
+    kind = classify_field(field)
+    if isinstance(kind, PrimitiveField):
+        return _primitive(get_schema_field_type(field), flexible, optional)
+    if isinstance(kind, PrimitiveTupleField):
+        return _array(_primitive(get_schema_field_type(field), flexible, False), flexible)
+    if isinstance(kind, EntityField):
+        inner = writer(kind.type_)
+        return _nullable_entity(inner) if optional else inner
+    if isinstance(kind, EntityTupleField):
+        return _array(writer(kind.type_), flexible)
+    raise NotImplementedError(f"field {field.name}: unsupported kind {kind!r}")
+
+
+@lru_cache(maxsize=None)
+def writer(cls: type) -> Write:
+    """The dict writer for kio entity class ``cls``."""
+    from rafka.protocol.codec import _from_op_plan
+
+    flexible = bool(cls.__flexible__)
+    defaults = {name: (default, optional) for name, _elem, _base, default, optional in _from_op_plan(cls)}
+    plain: list[tuple[str, Any, bool, Write]] = []
+    tagged: list[tuple[int, str, Any, Write]] = []
+    for field in dataclasses.fields(cls):
+        default, optional = defaults[field.name]
+        tag = get_field_tag(field)
+        if tag is None:
+            plain.append((field.name, _op_form(default), optional, _field_writer(field, flexible, False)))
+        else:
+            tagged.append((int(tag), field.name, _op_form(default), _field_writer(field, flexible, True)))
+    tagged.sort(key=lambda t: t[0])
+    plain_t = tuple(plain)
+    tagged_t = tuple(tagged)
+
+    def write(out: bytearray, d: Any) -> None:
+        get = d.get
+        for name, default, optional, w in plain_t:
+            v = get(name, default)
+            if v is None and not optional:
+                v = default
+            w(out, v)
+        if not flexible:
+            return
+        if not tagged_t:
+            out.append(0)
+            return
+        fields_out: list[tuple[int, bytearray]] = []
+        for tag, name, default, w in tagged_t:
+            v = get(name)
+            if v is None or _op_form(v) == default:
+                continue
+            buf = bytearray()
+            w(buf, v)
+            fields_out.append((tag, buf))
+        _uvarint(out, len(fields_out))
+        for tag, buf in fields_out:
+            _uvarint(out, tag)
+            _uvarint(out, len(buf))
+            out += buf
+
+    return write
+
+
+def encode_response(cls: type, correlation_id: int, data: dict[str, Any]) -> bytes:
+    """``data`` encoded as ``cls`` with its response header, size-prefixed (same bytes as kio)."""
+    out = bytearray(b"\0\0\0\0")
+    out += correlation_id.to_bytes(4, "big", signed=True)
+    if cls.__header_schema__.__flexible__:
+        out.append(0)  # no tagged fields in the response header
+    writer(cls)(out, data)
+    out[0:4] = (len(out) - 4).to_bytes(4, "big")
+    return bytes(out)
