@@ -35,15 +35,15 @@ def rss() -> int:
 
 
 def records(n: int):  # type: ignore[no-untyped-def]
-    from rafka.shard.records import Record, RecordType
+    from rafka.shard.groups.record_helpers import new_offset_commit_record
 
     per_group = n // GROUPS
     parts = max(per_group // TOPICS, 1)
     for g in range(GROUPS):
         for t in range(TOPICS):
             for p in range(parts):
-                yield Record(RecordType.OFFSET_COMMIT, ("default", f"group-{g}", f"topic-{t}", p),
-                             {"offset": 1_000_000 + p, "leader_epoch": -1, "metadata": "", "commit_ts": 1_764_000_000_000})
+                yield new_offset_commit_record("default", f"group-{g}", f"topic-{t}", p, 1_000_000 + p, -1, "",
+                                               1_764_000_000_000)
 
 
 def measure_memory(n: int, mode: str) -> float:
@@ -63,7 +63,8 @@ if {mode!r} == "rafka":
     count = store.group_stats()["offsets"]
 else:
     store = {{}}
-    for r in records({n}): store[r.key] = (r.value["offset"], r.value["leader_epoch"], r.value["metadata"], r.value["commit_ts"])
+    from rafka.shard.groups.offsets_store import unpack_entry
+    for r in records({n}): store[r.key] = unpack_entry(r.value)
     count = len(store)
 gc.collect()
 print((rss() - before) / count)

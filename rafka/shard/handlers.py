@@ -29,7 +29,7 @@ class Wal(Protocol):
 
     def append(self, records: list[Record]) -> None: ...
     def commit(self) -> Future[None] | None: ...
-    def recover(self) -> Iterator[Record]: ...
+    def recover(self) -> Iterator[list[Record]]: ...
     def close(self) -> None: ...
 
 
@@ -118,15 +118,17 @@ class ShardState:
             return
         n = 0
         replayers = self._replayers
-        for record in self.wal.recover():
-            try:
-                replayers[record.type](record)
-            except Exception:
-                log.exception("recovery: record %s %s could not be replayed; skipped", record.type, record.key)
-            n += 1
-            if not n % 10_000:
+        for segment in self.wal.recover():
+            for start in range(0, len(segment), 10_000):
+                chunk = segment[start : start + 10_000]
+                for record in chunk:
+                    try:
+                        replayers[record.type](record)
+                    except Exception:
+                        log.exception("recovery: record %s %s could not be replayed; skipped",
+                                      record.type, record.key)
+                n += len(chunk)
                 yield n
-        yield n
         yield n
 
     def close(self) -> None:

@@ -52,6 +52,7 @@ from rafka.shard.records import Record, RecordType
 log = logging.getLogger("rafka.wal")
 
 _HEAD = struct.Struct(">II")
+_new_record = tuple.__new__
 MAX_ENTRY = 256 * 1024 * 1024
 META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TOPIC, RecordType.PRODUCER_STATE,
               RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET}
@@ -83,7 +84,7 @@ def read_entries(path: Path) -> tuple[list[Record], int, str | None]:
             entry = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=False)
         except Exception:
             return out, pos, "undecodable entry"
-        out.extend(map(Record._make, entry))
+        out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
         pos = end
     return out, pos, None
 
@@ -91,8 +92,9 @@ def read_entries(path: Path) -> tuple[list[Record], int, str | None]:
 class Stream:
     """One append-only sequence of segments in a directory."""
 
-    def __init__(self, directory: Path, segment_bytes: int) -> None:
+    def __init__(self, directory: Path, segment_bytes: int, data: bool = False) -> None:
         self.dir = directory
+        self.data = data  # a topic partition's log (else a coordinator partition's meta stream)
         self.segment_bytes = segment_bytes
         self.fd: int | None = None
         self.seq = 0
@@ -104,8 +106,8 @@ class Stream:
     def segments(self) -> list[Path]:
         return sorted(self.dir.glob("*.wal"))
 
-    def recover(self) -> Iterator[Record]:
-        """Yield every good record; truncate a torn tail; open the last segment for appends."""
+    def recover(self) -> Iterator[list[Record]]:
+        """Yield the good records of each segment; truncate a torn tail; open the last segment for appends."""
         self.dir.mkdir(parents=True, exist_ok=True)
         segs = self.segments()
         for i, seg in enumerate(segs):
@@ -121,10 +123,11 @@ class Stream:
                     later.unlink()
                 segs = segs[: i + 1]
             seq = int(seg.stem)
-            for r in records:
-                if r.type == RecordType.PARTITION_BATCH:
-                    self._note_offsets(seq, r)
-            yield from records
+            if self.data:
+                for r in records:
+                    if r.type == RecordType.PARTITION_BATCH:
+                        self._note_offsets(seq, r)
+            yield records
             if why is not None:
                 break
         if segs:
@@ -251,13 +254,13 @@ class Wal:
                 org, topic = (urllib.parse.quote(x, safe="") for x in (key[2], key[3]))
                 path = self.root / "logs" / f"{key[1]:02d}" / org / topic / str(key[4])
                 seg = self.segment_bytes
-            s = self.streams[key] = Stream(path, seg)
+            s = self.streams[key] = Stream(path, seg, data=key[0] == "logs")
         return s
 
     # -- recovery ------------------------------------------------------------
-    def recover(self) -> Iterator[Record]:
-        """Every record of every owned stream: meta streams first, then data streams."""
-        meta_root = self.root / "meta"
+    def recover(self) -> Iterator[list[Record]]:
+        """Every record of every owned stream, a segment's records at a time: meta streams first,
+        then data streams."""
         for p in sorted(self.owned):
             yield from self._stream(("meta", p)).recover()
         logs_root = self.root / "logs"
@@ -271,7 +274,6 @@ class Wal:
                         key = ("logs", p, urllib.parse.unquote(org_dir.name), urllib.parse.unquote(topic_dir.name),
                                int(part_dir.name))
                         yield from self._stream(key).recover()
-        del meta_root
 
     # -- live path ------------------------------------------------------------
     def append(self, records: list[Record]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rafka.shard.groups import Errors
+from rafka.shard.groups.offsets_store import pack_entry
 from rafka.shard.records import Record, RecordType
 from tests.shard.test_groups_context import GroupsTestContext, committed, partition_errors
 
@@ -18,8 +19,8 @@ def test_simple_consumer_commit_creates_an_empty_group_and_is_fetched_back() -> 
     assert group.state.value == "Empty" and group.protocol_type is None and group.uid.startswith("cgp_")
     types = [r.type for r in ctx.last_records]
     assert types == [RecordType.GROUP_METADATA, RecordType.OFFSET_COMMIT, RecordType.OFFSET_COMMIT]
-    assert ctx.last_records[1] == Record(RecordType.OFFSET_COMMIT, ("org-a", "g", "t", 0), {
-        "offset": 10, "leader_epoch": 3, "metadata": "ckpt", "commit_ts": ctx.now})
+    assert ctx.last_records[1] == Record(RecordType.OFFSET_COMMIT, ("org-a", "g", "t", 0),
+                                         pack_entry(10, 3, "ckpt", ctx.now))
     fetched = ctx.fetch("g", {"t": [0, 1]})
     assert fetched.error == 0 and fetched["group_id"] == "g"
     assert fetched["topics"][0]["partitions"][0] == {
@@ -237,3 +238,12 @@ def test_large_offsets_epochs_and_timestamps_are_exact() -> None:
     [p] = ctx.fetch("g", {"t": [0]})["topics"][0]["partitions"]
     assert p["committed_offset"] == 2**63 - 1 and p["committed_leader_epoch"] == 2**31 - 1
     assert ctx.coord.offsets.get("org-a", "g", "t", 0)[3] == ctx.now
+
+
+def test_offset_commit_records_in_the_older_dict_format_still_replay() -> None:
+    """A write-ahead log from before packed entries recovers the same committed offsets."""
+    ctx = GroupsTestContext()
+    ctx.write([Record(RecordType.OFFSET_COMMIT, (ctx.org, "old", "t", 0),
+                      {"offset": 42, "leader_epoch": 5, "metadata": "m", "commit_ts": ctx.now})])
+    assert committed(ctx.fetch("old", {"t": [0]})) == {("t", 0): 42}
+    assert ctx.coord.offsets.get(ctx.org, "old", "t", 0) == (42, 5, "m", ctx.now)

@@ -28,10 +28,12 @@ from typing import Any
 
 from rafka.shard.groups.admin import AdminMixin
 from rafka.shard.groups.classic import ClassicGroup
-from rafka.shard.groups.offsets_store import pack_entry
-from rafka.shard.groups.record_helpers import new_offset_commit_record
+from rafka.shard.groups.offsets_store import entry_commit_ts, pack_entry
 from rafka.shard.groups.state import ClassicGroupState
 from rafka.shard.records import Record, RecordType
+
+
+_OFFSET_COMMIT = int(RecordType.OFFSET_COMMIT)
 
 
 class GroupCoordinator(AdminMixin):
@@ -39,18 +41,19 @@ class GroupCoordinator(AdminMixin):
 
     def replay(self, record: Record) -> None:
         """Apply one OFFSET_COMMIT or GROUP_METADATA record (live path and recovery alike)."""
-        if record.type == RecordType.OFFSET_COMMIT:
+        if record.type == _OFFSET_COMMIT:  # the hot case: recovery replays millions of these
             org_id, group_id, topic, partition = record.key
             value = record.value
             if value is None:
                 self.offsets.delete(org_id, group_id, topic, partition)
                 return
+            if type(value) is dict:  # the value format before packed entries
+                value = pack_entry(value["offset"], value["leader_epoch"], value["metadata"] or "", value["commit_ts"])
             if (org_id, group_id) not in self.groups and not (
                     self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id)):
                 # offsets never exist without a group; tolerate a log that lacks its record
-                self.groups[(org_id, group_id)] = ClassicGroup(org_id, group_id, "", state_ts=value["commit_ts"])
-            self.offsets.put(org_id, group_id, topic, partition, pack_entry(
-                value["offset"], value["leader_epoch"], value["metadata"] or "", value["commit_ts"]))
+                self.groups[(org_id, group_id)] = ClassicGroup(org_id, group_id, "", state_ts=entry_commit_ts(value))
+            self.offsets.put(org_id, group_id, topic, partition, value)
         elif record.type == RecordType.GROUP_METADATA:
             org_id, group_id = record.key
             if record.value is None:
@@ -71,9 +74,8 @@ class GroupCoordinator(AdminMixin):
                    for key, group in self.groups.items() if group.durable is not None]
         for org_id, group_id in self.offsets.group_keys():
             for topic in self.offsets.topics(org_id, group_id):
-                for index, (offset, epoch, metadata, ts) in self.offsets.partitions(org_id, group_id, topic):
-                    records.append(
-                        new_offset_commit_record(org_id, group_id, topic, index, offset, epoch, metadata, ts))
+                for index, raw in self.offsets.raw_partitions(org_id, group_id, topic):
+                    records.append(Record(RecordType.OFFSET_COMMIT, (org_id, group_id, topic, index), raw))
         return records
 
     def group_stats(self) -> dict[str, Any]:

@@ -3,8 +3,11 @@
 How this works: mirrors Kafka's ``GroupCoordinatorRecordHelpers``. Every key and
 value is plain msgpack-able data so the WAL stores it as is:
 
-* ``OFFSET_COMMIT`` key ``(org, group, topic, partition)``, value
-  ``{"offset", "leader_epoch", "metadata", "commit_ts"}`` or ``None`` (tombstone).
+* ``OFFSET_COMMIT`` key ``(org, group, topic, partition)``, value the packed entry
+  of ``offsets_store.pack_entry`` (offset, leader epoch, commit time, metadata —
+  the very bytes the store keeps, so replay stores the value as is) or ``None``
+  (tombstone). Replay also accepts the older ``{"offset", "leader_epoch",
+  "metadata", "commit_ts"}`` dict.
 * ``GROUP_METADATA`` key ``(org, group)``, value ``{"uid", "protocol_type",
   "generation", "protocol", "leader", "state_ts", "members": [...]}`` or ``None``.
   A value is the durable image of a classic group: written when a rebalance
@@ -20,6 +23,7 @@ import re
 import struct
 from typing import TYPE_CHECKING, Any
 
+from rafka.shard.groups.offsets_store import pack_entry
 from rafka.shard.records import Record, RecordType
 
 if TYPE_CHECKING:
@@ -90,7 +94,7 @@ def new_offset_commit_record(
     offset: int, leader_epoch: int, metadata: str, commit_ts: int,
 ) -> Record:
     """An OFFSET_COMMIT record for one partition."""
-    value = {"offset": offset, "leader_epoch": leader_epoch, "metadata": metadata, "commit_ts": commit_ts}
+    value = pack_entry(offset, leader_epoch, metadata, commit_ts)
     return Record(RecordType.OFFSET_COMMIT, (org_id, group_id, topic, partition), value)
 
 
