@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rafka.protocol.records import CorruptRecordError, split_batches
+from rafka.protocol.records import CorruptRecordError, parse_header, split_batches
 from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.partition import PartitionLog
@@ -97,13 +97,14 @@ class LogManager:
         may exceed the byte limits (by one batch); errors report offsets as -1.
         """
         remaining = op.get("max_bytes", INT32_MAX)
-        aborted: list[Any] | None = [] if op.get("isolation_level", 0) == READ_COMMITTED else None
+        committed = op.get("isolation_level", 0) == READ_COMMITTED
         min_one = True
         out = []
         for p in op.get("partitions", []):
             log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
             limit = min(p.get("partition_max_bytes", INT32_MAX), remaining)
-            error, batches = log.read(p["fetch_offset"], limit, min_one)
+            lso = log.last_stable_offset
+            error, batches = log.read(p["fetch_offset"], limit, min_one, lso if committed else None)
             resp = {
                 "topic": p["topic"],
                 "partition": p["partition"],
@@ -111,7 +112,7 @@ class LogManager:
                 "high_watermark": -1,
                 "last_stable_offset": -1,
                 "log_start_offset": -1,
-                "aborted_transactions": aborted,
+                "aborted_transactions": [] if committed else None,
                 "preferred_read_replica": -1,
                 "records": b"",
             }
@@ -119,10 +120,11 @@ class LogManager:
                 data = b"".join(batches)
                 remaining -= len(data)
                 min_one = min_one and not data
-                hw = log.high_watermark
-                resp.update(
-                    high_watermark=hw, last_stable_offset=hw, log_start_offset=log.log_start_offset, records=data
-                )
+                if committed and batches:
+                    end = parse_header(batches[-1]).last_offset + 1
+                    resp["aborted_transactions"] = log.aborted_in(p["fetch_offset"], end)
+                resp.update(high_watermark=log.high_watermark, last_stable_offset=lso,
+                            log_start_offset=log.log_start_offset, records=data)
             out.append(resp)
         return {"partitions": out}
 
@@ -132,9 +134,12 @@ class LogManager:
         Response ``{partitions: [{topic, partition, error_code, timestamp, offset, leader_epoch}]}``.
         """
         out = []
+        committed = op.get("isolation_level", 0) == READ_COMMITTED
         for p in op.get("partitions", []):
             log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
             offset, timestamp = log.list_offset(p["timestamp"])
+            if committed and p["timestamp"] == -1:
+                offset = log.last_stable_offset
             out.append(
                 {
                     "topic": p["topic"],
@@ -288,6 +293,23 @@ class LogManager:
     def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
         """InitProducerId (idempotent producers only); see ``ProducerIdManager.init_producer_id``."""
         return self.producer_ids.init_producer_id(org_id, op, now_ms)
+
+    def write_markers(self, org_id: str, marker: dict[str, Any], now_ms: int) -> list[Record]:
+        """Commit/abort markers of one transaction on this shard's ``partitions`` (pure).
+
+        ``marker = {producer_id, producer_epoch, committed, partitions: [[topic, partition]]}``.
+        One control batch per partition where the producer has an open transaction;
+        none elsewhere, so repeating a marker (a retry after a crash) changes nothing.
+        """
+        records = []
+        for topic, partition in marker.get("partitions") or []:
+            key = (org_id, topic, int(partition))
+            log = self.logs.get(key)
+            value = None if log is None else log.prepare_marker(
+                marker["producer_id"], marker["producer_epoch"], bool(marker["committed"]), now_ms)
+            if value is not None:
+                records.append(Record(RecordType.PARTITION_BATCH, key, value))
+        return records
 
     def retention(self, now_ms: int) -> list[Record]:
         """Periodic: truncate logs past ``retention.ms``/``retention.bytes`` and expire idle producers."""
