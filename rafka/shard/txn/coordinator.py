@@ -78,9 +78,13 @@ class TransactionCoordinator:
         return Errors.NONE
 
     @staticmethod
-    def _fence(meta: TransactionMetadata, now_ms: int) -> TransactionMetadata:
-        """Abort ``meta``'s Ongoing transaction with a bumped epoch (fences the old producer)."""
-        return meta.transition_to(S.PREPARE_ABORT, now_ms, producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH))
+    def _fence(meta: TransactionMetadata, now_ms: int, *, timed_out: bool = False) -> TransactionMetadata:
+        """Abort ``meta``'s Ongoing transaction with a bumped epoch (fences the old producer).
+
+        After a timeout the old epoch is remembered, so that producer may re-initialise
+        with it (KIP-360) instead of being fenced for good."""
+        return meta.transition_to(S.PREPARE_ABORT, now_ms, producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
+                                  last_producer_epoch=meta.producer_epoch if timed_out else -1)
 
     # ------------------------------------------------------------ handlers
     def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
@@ -100,7 +104,8 @@ class TransactionCoordinator:
             return [self._record(org_id, meta)], {"error_code": Errors.NONE, "producer_id": meta.producer_id,
                                                   "producer_epoch": 0}
         given = op.get("producer_id", -1)
-        if given not in (-1, None) and (given, op.get("producer_epoch")) != (meta.producer_id, meta.producer_epoch):
+        known_epochs = {meta.producer_epoch, meta.last_producer_epoch} - {-1}
+        if given not in (-1, None) and (given != meta.producer_id or op.get("producer_epoch") not in known_epochs):
             return [], {"error_code": Errors.PRODUCER_FENCED, **fail}  # KIP-360: only the current producer may re-init
         if meta.state in PREPARED:
             return [], {"error_code": Errors.CONCURRENT_TRANSACTIONS, **fail, "complete": completion(org_id, meta)}
@@ -113,7 +118,7 @@ class TransactionCoordinator:
         else:
             pid, epoch = meta.producer_id, meta.producer_epoch + 1
         new = meta.transition_to(S.EMPTY, now_ms, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout,
-                                 partitions=(), groups=(), start_ms=-1)
+                                 partitions=(), groups=(), start_ms=-1, last_producer_epoch=-1)
         return [self._record(org_id, new)], {"error_code": Errors.NONE, "producer_id": pid, "producer_epoch": epoch}
 
     def _add(self, org_id: str, op: dict[str, Any], now_ms: int, partitions: list[tuple[str, int]],
@@ -186,7 +191,7 @@ class TransactionCoordinator:
         records, out = [], []
         for (org_id, _tid), meta in sorted(self.txns.items()):
             if meta.state is S.ONGOING and now_ms - meta.start_ms > meta.timeout_ms:
-                fenced = self._fence(meta, now_ms)
+                fenced = self._fence(meta, now_ms, timed_out=True)
                 records.append(self._record(org_id, fenced))
                 out.append(completion(org_id, fenced))
             elif meta.state in PREPARED and now_ms - meta.update_ms >= min_age:

@@ -62,6 +62,7 @@ class TransactionMetadata:
     groups: tuple[str, ...] = ()  # consumer groups of AddOffsetsToTxn
     start_ms: int = -1  # when the ongoing transaction began
     update_ms: int = -1  # last state change
+    last_producer_epoch: int = -1  # epoch before a timeout abort bumped it (KIP-360 re-init)
 
     def transition_to(self, state: TransactionState, now_ms: int, **changes: Any) -> TransactionMetadata:
         """The metadata in ``state`` (checked against ``VALID_PREVIOUS``) with ``changes``."""
@@ -78,11 +79,13 @@ class TransactionMetadata:
         return {"producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
                 "timeout_ms": self.timeout_ms, "state": self.state.value,
                 "partitions": [list(p) for p in self.partitions], "groups": list(self.groups),
-                "start_ms": self.start_ms, "update_ms": self.update_ms}
+                "start_ms": self.start_ms, "update_ms": self.update_ms,
+                "last_producer_epoch": self.last_producer_epoch}
 
     @classmethod
     def from_value(cls, transactional_id: str, value: dict[str, Any]) -> TransactionMetadata:
         """Rebuild from a record value (replay)."""
         return cls(transactional_id, value["producer_id"], value["producer_epoch"], value["timeout_ms"],
                    TransactionState(value["state"]), tuple((t, int(p)) for t, p in value["partitions"]),
-                   tuple(value["groups"]), value["start_ms"], value["update_ms"])
+                   tuple(value["groups"]), value["start_ms"], value["update_ms"],
+                   value.get("last_producer_epoch", -1))
