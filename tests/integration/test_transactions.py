@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -253,6 +254,41 @@ def test_kill_9_of_a_participant_shard_mid_commit_still_commits_everywhere(tmp_p
         wait_for(lambda: _describe_state(broker, tid) == "CompleteCommit", 20, "transaction completed")
     finally:
         broker.stop()
+
+
+def test_kill_9_of_the_broker_mid_commit_finishes_the_commit_after_restart(tmp_path: Path) -> None:
+    """The commit is decided (PrepareCommit durable) and some markers are written when the whole
+    broker dies; after the restart the sweeper writes the rest, and every record becomes visible."""
+    broker = Rafka(tmp_path / "data", shards=SHARDS).start()
+    try:
+        _src, dst, _group, tid = _names()
+        create_topic(broker.bootstrap, dst, 6)
+        p = _producer(broker.bootstrap, tid)
+        p.init_transactions(15)
+        p.begin_transaction()
+        for i in range(12):
+            p.produce(dst, value=f"v{i}".encode(), partition=i % 6)
+        assert p.flush(10) == 0
+        victim = _shard_of_partition(dst, 0)
+        os.kill(broker.children()[f"rafka-shard-{victim}"], signal.SIGSTOP)  # its markers cannot be written
+        committer = threading.Thread(target=lambda: _try(p.commit_transaction, 10), daemon=True)
+        committer.start()
+        wait_for(lambda: _describe_state(broker, tid) == "PrepareCommit", 10, "the commit decided")
+        broker.kill_all()  # mid-commit: decided, markers written on some shards only
+        broker.start()
+        got = _read(broker.bootstrap, dst, 6, "read_committed", 12)
+        assert sorted(got) == sorted(f"v{i}".encode() for i in range(12))
+        wait_for(lambda: _describe_state(broker, tid) == "CompleteCommit", 20, "transaction completed")
+        committer.join(15)
+    finally:
+        broker.stop()
+
+
+def _try(fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except KafkaException:
+        pass
 
 
 def _describe_state(broker: Rafka, tid: str) -> str:

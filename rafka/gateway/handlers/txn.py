@@ -151,10 +151,12 @@ async def describe_transactions(ctx: RequestContext, req: dict[str, Any]) -> dic
         if not isinstance(res, BaseException):
             for st in res["transaction_states"]:
                 found[st["transactional_id"]] = st
-    states = [found[t] for t in tids]
-    for st in states:  # kio wants an aware datetime; Kafka sends -1 when there is no transaction
-        ms = st["transaction_start_time"]
-        st["transaction_start_time"] = datetime.datetime.fromtimestamp(max(ms, 0) / 1000, datetime.timezone.utc)
+    states = []
+    for tid in tids:  # kio wants an aware datetime; Kafka sends -1 when there is no transaction
+        st = dict(found[tid])
+        start = max(int(st["transaction_start_time"]), 0) / 1000
+        st["transaction_start_time"] = datetime.datetime.fromtimestamp(start, datetime.timezone.utc)
+        states.append(st)
     return {"throttle_time": 0, "transaction_states": states}
 
 
