@@ -21,6 +21,12 @@ Records (key ``(org, topic, partition)`` unless noted):
 * ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
   allocates an id; ``None`` forgets an expired producer on every partition.
 
+Transactions: ``fetch`` with isolation_level 1 stops at each partition's last
+stable offset and lists the aborted transactions in the fetched range;
+``write_markers`` plans commit/abort control batches (``PARTITION_BATCH``
+records like any other) for the partitions where a producer has an open
+transaction — see ``rafka.shard.txn``.
+
 Partition logs learn their topic's configs (and topic id) from the ops, because
 the catalogue lives on another shard. A partition nobody produced to reads as an
 empty log. A produce op whose ``topic_id`` differs from the log's (the topic was
