@@ -47,10 +47,11 @@ class LogCtx:
         self.apply(records)
         return int(resp["partitions"][0]["base_offset"])
 
-    def marker(self, pid: int, committed: bool, partitions: list[int] = [0], groups: list[str] = []) -> list[Record]:
+    def marker(self, pid: int, committed: bool, partitions: tuple[int, ...] = (0,),
+               groups: tuple[str, ...] = ()) -> list[Record]:
         records, resp = self.participant.write_markers(ORG, {"markers": [{
             "producer_id": pid, "producer_epoch": 0, "committed": committed,
-            "partitions": [["t", p] for p in partitions], "groups": groups}]}, 5)
+            "partitions": [["t", p] for p in partitions], "groups": list(groups)}]}, 5)
         assert resp["error_code"] == 0
         return self.apply(records)
 
@@ -135,13 +136,13 @@ def test_pending_txn_offsets_are_unstable_until_the_commit_marker() -> None:
     assert plain["topics"][0]["partitions"][0]["committed_offset"] == 5  # not visible yet
     stable = ctx.groups.call("offset_fetch", {**fetch_op("g", {"in": [0]}), "require_stable": True})
     assert stable["topics"][0]["partitions"][0]["error_code"] == 88  # UNSTABLE_OFFSET_COMMIT
-    written = ctx.marker(7, True, partitions=[], groups=["g"])
+    written = ctx.marker(7, True, partitions=(), groups=("g",))
     assert [r.type for r in written] == [RecordType.OFFSET_COMMIT, RecordType.TXN_OFFSET_COMMIT]
     after = ctx.groups.call("offset_fetch", {**fetch_op("g", {"in": [0]}), "require_stable": True})
     after = after["topics"][0]["partitions"][0]
     assert (after["committed_offset"], after["metadata"], after["error_code"]) == (10, "m", 0)
     assert ctx.offsets.pending == {}
-    assert ctx.marker(7, True, partitions=[], groups=["g"]) == []  # repeat: no-op
+    assert ctx.marker(7, True, partitions=(), groups=("g",)) == []  # repeat: no-op
 
 
 def test_aborted_txn_offsets_are_discarded() -> None:
@@ -150,7 +151,7 @@ def test_aborted_txn_offsets_are_discarded() -> None:
         "transactional_id": "tx", "group_id": "g", "producer_id": 7, "producer_epoch": 0, "generation_id": -1,
         "topics": [{"name": "in", "partitions": [{"partition_index": 0, "committed_offset": 10}]}]}, 100)
     ctx.apply(records)
-    assert [r.type for r in ctx.marker(7, False, partitions=[], groups=["g"])] == [RecordType.TXN_OFFSET_COMMIT]
+    assert [r.type for r in ctx.marker(7, False, partitions=(), groups=("g",))] == [RecordType.TXN_OFFSET_COMMIT]
     assert ctx.groups.fetch("g", {"in": [0]})["topics"][0]["partitions"][0]["committed_offset"] == -1
 
 

@@ -58,6 +58,7 @@ async def init_transactional_producer_id(ctx: RequestContext, req: dict[str, Any
         if complete is None or not await complete_transaction(ctx.gateway.router, complete, ctx.trace):
             break
         payload["producer_id"] = payload["producer_epoch"] = -1  # the retry after our own fence
+    assert resp is not None
     resp["error_code"] = _fenced_for(resp["error_code"], ctx.api_version, 4)
     return {"throttle_time": 0, **resp}
 
