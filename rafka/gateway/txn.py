@@ -8,7 +8,9 @@ transactional_id, producer_id, producer_epoch, committed, partitions, groups}``.
 participant partition or group, and only when all of them have written their
 markers durably, COMPLETE_TXN to the coordinator shard. Every step is
 idempotent, so a failure anywhere (a shard killed mid-commit) just leaves the
-transaction prepared for the sweeper to finish.
+transaction prepared for the sweeper to finish. Within a gateway one
+completion runs at a time; the sweeper only picks up transactions prepared
+for a while, which keeps couriers of different gateways apart in practice.
 
 ``TxnSweeper`` asks every live shard once a second for transactions that need
 finishing (TXN_SWEEP): prepared ones older than ``min_age_ms`` — so it does not
@@ -27,8 +29,36 @@ from rafka.rail import Op
 log = logging.getLogger("rafka.gateway.txn")
 
 
+_inflight: dict[tuple[Any, ...], asyncio.Future[bool]] = {}
+
+
 async def complete_transaction(router: Any, completion: dict[str, Any], trace: str | None = None) -> bool:
-    """Write the markers of ``completion`` everywhere, then complete it; False if a step failed."""
+    """Write the markers of ``completion`` everywhere, then complete it; False if a step failed.
+
+    Within one gateway a completion runs once at a time: a second caller (the
+    sweeper while EndTxn is at it) waits for the first instead of sending its
+    own markers, which could otherwise land after the producer's next
+    transaction has begun.
+    """
+    key = (completion["org_id"], completion["transactional_id"], completion["producer_id"],
+           completion["producer_epoch"], completion["committed"])
+    running = _inflight.get(key)
+    if running is not None:
+        return await asyncio.shield(running)
+    fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    _inflight[key] = fut
+    try:
+        ok = await _complete(router, completion, trace)
+    except BaseException:
+        ok = False
+        raise
+    finally:
+        del _inflight[key]
+        fut.set_result(ok)
+    return ok
+
+
+async def _complete(router: Any, completion: dict[str, Any], trace: str | None) -> bool:
     org_id = completion["org_id"]
     by_shard: dict[int, dict[str, Any]] = {}
 

@@ -64,3 +64,15 @@ def test_a_down_participant_leaves_the_transaction_prepared_for_the_sweeper() ->
     sweeper = TxnSweeper(router)
     assert asyncio.run(sweeper.sweep_once()) == 1
     assert router.calls[-1][1] == Op.TXN_COMPLETE
+
+
+def test_concurrent_completions_of_one_transaction_share_one_courier() -> None:
+    router = Router()
+
+    async def both() -> list[bool]:
+        return list(await asyncio.gather(complete_transaction(router, COMPLETION),
+                                         complete_transaction(router, dict(COMPLETION))))
+
+    assert asyncio.run(both()) == [True, True]
+    assert [op for _s, op, _p in router.calls].count(Op.TXN_COMPLETE) == 1
+    assert [op for _s, op, _p in router.calls].count(Op.TXN_WRITE_MARKERS) == 3
