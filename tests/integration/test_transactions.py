@@ -123,6 +123,37 @@ def test_consume_transform_produce_commits_output_and_offsets_together(broker: R
     assert _committed(broker.bootstrap, group, src, 3) == [10, 10, 10]
 
 
+def _offset_fetch(broker: Rafka, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
+    """(committed offset, error code) of partition 0 through OffsetFetch v7."""
+    with RawClient("127.0.0.1", broker.port) as c:
+        resp = c.request(9, 7, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
+                                "require_stable": require_stable})
+    p = resp["topics"][0]["partitions"][0]
+    return p["committed_offset"], p["error_code"]
+
+
+def test_txn_offsets_are_pending_until_commit_and_dropped_on_abort(broker: Rafka) -> None:
+    src, dst, group, tid = _names()
+    create_topic(broker.bootstrap, src, 1)
+    create_topic(broker.bootstrap, dst, 1)
+    meta = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group}).consumer_group_metadata()
+    p = _producer(broker.bootstrap, tid)
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(dst, value=b"aborted")
+    p.send_offsets_to_transaction([TopicPartition(src, 0, 5)], meta, 15)
+    assert _offset_fetch(broker, group, src, require_stable=True) == (-1, 88)  # UNSTABLE_OFFSET_COMMIT
+    assert _offset_fetch(broker, group, src, require_stable=False) == (-1, 0)
+    p.abort_transaction(15)
+    assert _offset_fetch(broker, group, src, require_stable=True) == (-1, 0)  # dropped with the output
+    p.begin_transaction()
+    p.produce(dst, value=b"committed")
+    p.send_offsets_to_transaction([TopicPartition(src, 0, 7)], meta, 15)
+    p.commit_transaction(15)
+    assert _offset_fetch(broker, group, src, require_stable=True) == (7, 0)
+    assert _read(broker.bootstrap, dst, 1, "read_committed", 1) == [b"committed"]
+
+
 def test_aborted_transaction_invisible_to_read_committed_only(broker: Rafka) -> None:
     _src, dst, _group, tid = _names()
     create_topic(broker.bootstrap, dst, 2)
