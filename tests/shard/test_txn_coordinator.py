@@ -180,6 +180,9 @@ def test_describe_and_list() -> None:
     assert listed == [{"transactional_id": "tx", "producer_id": pid, "transaction_state": "Ongoing"}]
     assert len(ctx.coord.list(ORG, {}, ctx.now)["transaction_states"]) == 2
     assert ctx.coord.list("other-org", {}, ctx.now)["transaction_states"] == []
+    ctx.now += 100
+    recent = ctx.coord.list(ORG, {"duration_filter": 100}, ctx.now)["transaction_states"]
+    assert [t["transactional_id"] for t in recent] == ["idle"]  # Ongoing for only 100 ms: filtered out
 
 
 def test_transition_table_refuses_illegal_moves() -> None:

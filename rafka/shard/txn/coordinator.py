@@ -227,8 +227,8 @@ class TransactionCoordinator:
         for (org, tid), meta in sorted(self.txns.items()):
             if org != org_id or (states and meta.state.value not in states) or (pids and meta.producer_id not in pids):
                 continue
-            if duration is not None and duration >= 0 and (meta.state is not S.ONGOING or now_ms - meta.start_ms < duration):
-                continue
+            if duration is not None and duration >= 0 and now_ms - meta.start_ms <= duration:
+                continue  # Kafka's filter: running longer than ``duration`` (start -1 when none: kept)
             out.append({"transactional_id": tid, "producer_id": meta.producer_id,
                         "transaction_state": meta.state.value})
         return {"transaction_states": out}
