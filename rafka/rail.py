@@ -60,6 +60,7 @@ class Op(IntEnum):
     TXN_SWEEP = 47
     TXN_DESCRIBE = 48
     TXN_LIST = 49
+    DESCRIBE_PRODUCERS = 50
 
 
 OP_NAMES: dict[int, str] = {
@@ -98,6 +99,7 @@ OP_NAMES: dict[int, str] = {
     Op.TXN_SWEEP: "txn.sweep",
     Op.TXN_DESCRIBE: "txn.describe",
     Op.TXN_LIST: "txn.list",
+    Op.DESCRIBE_PRODUCERS: "data.describe-producers",
 }
 """Span and metric name of each op: ``rafka.shard.<area>.<op>``."""
 

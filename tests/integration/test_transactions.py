@@ -232,6 +232,9 @@ def test_describe_and_list_transactions(broker: Rafka) -> None:
         listed = c.request(66, 1, {"state_filters": ["Ongoing"], "producer_id_filters": [],
                                    "duration_filter": -1})["transaction_states"]
         assert tid in [t["transactional_id"] for t in listed]
+        producers = c.request(61, 0, {"topics": [{"name": dst, "partition_indexes": [0]}]})["topics"][0]
+        [active] = producers["partitions"][0]["active_producers"]
+        assert (active["producer_id"], active["current_txn_start_offset"]) == (desc[0]["producer_id"], 0)
     p.commit_transaction(15)
     with RawClient("127.0.0.1", broker.port) as c:
         desc = c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"]

@@ -8,7 +8,9 @@ Version notes:
   partitions with UNKNOWN_TOPIC_OR_PARTITION and the rest with OPERATION_NOT_ATTEMPTED.
 - AddOffsetsToTxn 0–3, EndTxn 0–4, TxnOffsetCommit 0–3 (to the group's shard):
   no KIP-890 (transaction version 2) versions are offered.
-- DescribeTransactions 0, ListTransactions 0–1 fan out to the owning shards.
+- DescribeTransactions 0, ListTransactions 0–1 fan out to the owning shards;
+  DescribeProducers 0 asks each partition's shard for its producers and the
+  start offset of their open transaction (``kafka-transactions.sh describe-producers``).
 EndTxn answers once every participant has its marker (see rafka.gateway.txn); if
 a participant's shard is down, the decision is already durable, so EndTxn still
 succeeds and the sweeper writes the missing markers when the shard is back.
@@ -183,3 +185,25 @@ async def list_transactions(ctx: RequestContext, req: dict[str, Any]) -> dict[st
     return {"throttle_time": 0, "error_code": error,
             "unknown_state_filters": [s for s in states if s not in KNOWN_STATES],
             "transaction_states": sorted(out, key=lambda t: t["transactional_id"])}
+
+
+@api(61, 0, 0, "txn.describe-producers")
+async def describe_producers(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    from rafka.gateway.handlers.data import _split_call, _topics
+
+    topics = req.get("topics") or []
+    infos, missing = await _topics(ctx, [t["name"] for t in topics], False)
+    parts = [{"topic": t["name"], "partition": p, "topic_id": infos[t["name"]]["topic_id"]}  # type: ignore[index]
+             for t in topics if infos.get(t["name"]) for p in t["partition_indexes"]
+             if 0 <= p < infos[t["name"]]["partitions"]]  # type: ignore[index]
+    answers = await _split_call(ctx, Op.DESCRIBE_PRODUCERS, parts, {}) if parts else {}
+    out = []
+    for t in topics:
+        prs = []
+        for p in t["partition_indexes"]:
+            a = answers.get((t["name"], p), {"error_code": missing if not infos.get(t["name"])
+                                             else Err.UNKNOWN_TOPIC_OR_PARTITION})
+            prs.append({"partition_index": p, "error_code": a.get("error_code", 0), "error_message": None,
+                        "active_producers": a.get("active_producers", [])})
+        out.append({"name": t["name"], "partitions": prs})
+    return {"throttle_time": 0, "topics": out}

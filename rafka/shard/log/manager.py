@@ -158,6 +158,21 @@ class LogManager:
             )
         return {"partitions": out}
 
+    def describe_producers(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        """DescribeProducers. ``op = {partitions: [{topic, partition}]}``; response ``{partitions:
+        [{topic, partition, error_code, active_producers: [{producer_id, producer_epoch, last_sequence,
+        last_timestamp, coordinator_epoch, current_txn_start_offset}]}]}``."""
+        out = []
+        for p in op.get("partitions", []):
+            log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
+            producers = [{"producer_id": pid, "producer_epoch": e.producer_epoch, "last_sequence": e.last_seq,
+                          "last_timestamp": e.last_append_ms, "coordinator_epoch": -1,
+                          "current_txn_start_offset": log.ongoing_txns.get(pid, -1)}
+                         for pid, e in sorted(log.producers.entries.items())]
+            out.append({"topic": p["topic"], "partition": p["partition"], "error_code": Errors.NONE,
+                        "active_producers": producers})
+        return {"partitions": out}
+
     # --------------------------------------------------------------- handlers
 
     def produce(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:

@@ -38,7 +38,8 @@ def install(state: ShardState, logs: Any) -> TransactionCoordinator:
                    (Op.TXN_DESCRIBE, lambda org, op, _now: ([], coordinator.describe(org, op))),
                    (Op.TXN_LIST, lambda org, op, now: ([], coordinator.list(org, op, now))),
                    (Op.TXN_OFFSET_COMMIT, participant.txn_offset_commit),
-                   (Op.TXN_WRITE_MARKERS, participant.write_markers)]:
+                   (Op.TXN_WRITE_MARKERS, participant.write_markers),
+                   (Op.DESCRIBE_PRODUCERS, lambda org, op, _now: ([], logs.describe_producers(org, op)))]:
         state.register(op, _handler(fn))
     state.register_replay(RecordType.TXN_METADATA, coordinator.replay)
     state.register_replay(RecordType.TXN_OFFSET_COMMIT, offsets.replay)
