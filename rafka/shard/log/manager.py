@@ -341,7 +341,8 @@ class LogManager:
             if new_start is not None:
                 records.append(Record(RecordType.PARTITION_TRUNCATE, key, {"log_start_offset": new_start}))
             for pid, entry in log.producers.entries.items():
-                last_seen[(key[0], pid)] = max(last_seen.get((key[0], pid), -1), entry.last_append_ms)
+                seen = now_ms if pid in log.ongoing_txns else entry.last_append_ms  # never expire an open txn
+                last_seen[(key[0], pid)] = max(last_seen.get((key[0], pid), -1), seen)
         for (org_id, pid), last_ms in sorted(last_seen.items()):
             if now_ms - last_ms >= self.producer_id_expiration_ms:
                 records.append(Record(RecordType.PRODUCER_STATE, (org_id, pid), None))
