@@ -50,6 +50,17 @@ class Op(IntEnum):
     DELETE_RECORDS = 34
     INIT_PRODUCER_ID = 35
     DELETE_PARTITIONS = 36
+    TXN_INIT_PRODUCER_ID = 40
+    TXN_ADD_PARTITIONS = 41
+    TXN_ADD_OFFSETS = 42
+    TXN_END = 43
+    TXN_COMPLETE = 44
+    TXN_WRITE_MARKERS = 45
+    TXN_OFFSET_COMMIT = 46
+    TXN_SWEEP = 47
+    TXN_DESCRIBE = 48
+    TXN_LIST = 49
+    DESCRIBE_PRODUCERS = 50
 
 
 OP_NAMES: dict[int, str] = {
@@ -78,6 +89,17 @@ OP_NAMES: dict[int, str] = {
     Op.DELETE_RECORDS: "data.delete-records",
     Op.INIT_PRODUCER_ID: "data.init-producer-id",
     Op.DELETE_PARTITIONS: "data.delete-partitions",
+    Op.TXN_INIT_PRODUCER_ID: "txn.init-producer-id",
+    Op.TXN_ADD_PARTITIONS: "txn.add-partitions",
+    Op.TXN_ADD_OFFSETS: "txn.add-offsets",
+    Op.TXN_END: "txn.end-txn",
+    Op.TXN_COMPLETE: "txn.complete-txn",
+    Op.TXN_WRITE_MARKERS: "txn.write-markers",
+    Op.TXN_OFFSET_COMMIT: "txn.offset-commit",
+    Op.TXN_SWEEP: "txn.sweep",
+    Op.TXN_DESCRIBE: "txn.describe",
+    Op.TXN_LIST: "txn.list",
+    Op.DESCRIBE_PRODUCERS: "data.describe-producers",
 }
 """Span and metric name of each op: ``rafka.shard.<area>.<op>``."""
 

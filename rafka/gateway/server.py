@@ -142,6 +142,9 @@ class Gateway:
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._sighup = False
+        from rafka.gateway.txn import TxnSweeper
+
+        self.txn_sweeper = TxnSweeper(router)  # finishes prepared and timed-out transactions
         from rafka.gateway import handlers  # noqa: F401  (registers every API)
 
     @property
@@ -158,6 +161,7 @@ class Gateway:
         )
         if self.idle_timeout > 0:
             self._sweeper = asyncio.ensure_future(self._sweep_idle())
+        self.txn_sweeper.start()
         try:
             loop.add_signal_handler(signal.SIGHUP, self.reload_users)
             self._sighup = True
@@ -206,6 +210,7 @@ class Gateway:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+        self.txn_sweeper.stop()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

@@ -342,3 +342,32 @@ def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[SimpleRecord
         yield SimpleRecord(
             key, value, header.base_timestamp + ts_delta, tuple(headers), header.base_offset + offset_delta
         )
+
+
+# -- transaction markers (control batches) ------------------------------------
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type (0 abort, 1 commit)
+_CONTROL_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+
+
+def build_control_batch(producer_id: int, producer_epoch: int, committed: bool, timestamp: int,
+                        *, base_offset: int = 0, coordinator_epoch: int = 0) -> bytes:
+    """A transaction marker: a control batch (transactional + control bits) holding one
+    ``EndTransactionMarker`` record, as Kafka's ``MemoryRecords.withEndTransactionMarker``."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if committed else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    return build_batch([SimpleRecord(key, value, timestamp)], base_offset=base_offset, producer_id=producer_id,
+                       producer_epoch=producer_epoch, transactional=True, control=True)
+
+
+def control_type(batch: bytes | bytearray | memoryview) -> int:
+    """``CONTROL_COMMIT`` or ``CONTROL_ABORT`` of a control batch (-1 if unreadable)."""
+    try:
+        first = next(iter_records(batch))
+    except (ValueError, StopIteration):
+        return -1
+    if first.key is None or len(first.key) < _CONTROL_KEY.size:
+        return -1
+    return _CONTROL_KEY.unpack_from(first.key)[1]

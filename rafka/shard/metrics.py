@@ -80,6 +80,13 @@ class StateCollector(Collector):
         rebal = CounterMetricFamily("rafka_group_rebalances", "Completed rebalances", labels=["shard"])
         rebal.add_metric([self.shard], stats["completed_rebalances"])
         yield rebal
+        txn = getattr(self.state, "txn", None)
+        if txn is not None:
+            txns = GaugeMetricFamily("rafka_transaction_count", "Transactional ids by transaction state",
+                                     labels=["shard", "state"])
+            for state, n in txn.stats().items():
+                txns.add_metric([self.shard, state], n)
+            yield txns
         expired = CounterMetricFamily("rafka_offsets_expired", "Offsets expired by retention", labels=["shard"])
         expired.add_metric([self.shard], stats.get("expired_offsets", 0))
         yield expired

@@ -26,6 +26,8 @@ class RecordType(IntEnum):
     PARTITION_BATCH = 11  # key (org, topic, partition); value dict
     PARTITION_TRUNCATE = 12  # key (org, topic, partition); value dict (new log start)
     PRODUCER_STATE = 13  # key (org, producer_id); value dict | None
+    TXN_METADATA = 14  # key (org, transactional_id); value dict | None (rafka.shard.txn.state)
+    TXN_OFFSET_COMMIT = 15  # key (org, group, producer_id, topic, partition); value dict | None (pending)
 
 
 class Record(NamedTuple):

@@ -9,6 +9,7 @@ from rafka.config import Config
 from rafka.shard.data import DataPlane
 from rafka.shard.groups import GroupConfig, GroupCoordinator
 from rafka.shard.groups.consumer import ConsumerGroupCoordinator
+from rafka.shard import txn
 from rafka.shard.handlers import ShardState
 from rafka.shard.wal import Wal
 
@@ -36,5 +37,7 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
         fsync_hist = runtime.metrics.fsync.labels(str(shard_id))
         wal.on_fsync = fsync_hist.observe
     state = ShardState(shard_id, groups, wal=wal)
-    DataPlane(shard_id, runtime.timer, cfg.default_partitions).install(state)
+    data = DataPlane(shard_id, runtime.timer, cfg.default_partitions)
+    data.install(state)
+    txn.install(state, data.logs)
     return state

@@ -140,9 +140,10 @@ def test_sequence_wraps_at_int32_max() -> None:
 def test_invalid_batches_from_producers() -> None:
     ctx = Ctx()
     assert ctx.send(1, 0, -1)["error_code"] == Errors.INVALID_RECORD  # producer id without sequence
-    assert ctx.send(1, 0, 0, transactional=True)["error_code"] == Errors.INVALID_TXN_STATE
+    assert ctx.send(-1, -1, -1, transactional=True)["error_code"] == Errors.INVALID_RECORD  # txn without producer
     assert ctx.send(1, 0, 0, control=True)["error_code"] == Errors.INVALID_RECORD
     assert ctx.leo == 0
+    assert ctx.send(1, 0, 0, transactional=True)["error_code"] == Errors.NONE  # transactions are supported
 
 
 def test_several_batches_of_one_producer_validated_in_order() -> None:

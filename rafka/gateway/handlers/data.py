@@ -6,8 +6,11 @@ Version notes:
   each shard, and when the first one answers with data the gateway cancels the
   others so a record produced during the wait is delivered at once, not after
   max_wait. No incremental fetch sessions: session_id 0 tells clients so.
-- ListOffsets 1–9, DeleteRecords 0–2, InitProducerId 0–5 (idempotent producers;
-  transactional ids are refused until transactions exist).
+- ListOffsets 1–9 (read_committed "latest" is the last stable offset),
+  DeleteRecords 0–2, InitProducerId 0–5 (a transactional id goes to the
+  transaction coordinator, see txn.py). Transactional batches are produced like
+  any other; Fetch with isolation_level 1 stops at the last stable offset and
+  carries the aborted transactions.
 Each partition's log is owned by shard ``stable_hash(org_id, topic, partition)``;
 requests are split per owning shard and the answers merged in request order.
 """
@@ -63,13 +66,7 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
     names = [t["name"] for t in req["topic_data"]]
     errors: dict[tuple[str, int], int] = {}
     parts: list[dict[str, Any]] = []
-    if req.get("transactional_id"):
-        infos: dict[str, Any] = {}
-        for t in req["topic_data"]:
-            for p in t["partition_data"]:
-                errors[(t["name"], p["index"])] = Err.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    else:
-        infos, missing = await _topics(ctx, names, ctx.gateway.config.auto_create_topics)
+    infos, missing = await _topics(ctx, names, ctx.gateway.config.auto_create_topics)
     for t in req["topic_data"]:
         info = infos.get(t["name"])
         for p in t["partition_data"]:
@@ -219,7 +216,9 @@ async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, 
 @api(22, 0, 5, "data.init-producer-id")
 async def init_producer_id(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     if req.get("transactional_id"):
-        return {"error_code": Err.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
+        from rafka.gateway.handlers.txn import init_transactional_producer_id
+
+        return await init_transactional_producer_id(ctx, req)
     router = ctx.gateway.router
     try:
         resp = await router.call(router.shard_for_group(ctx.org_id, "\0producer-ids"), Op.INIT_PRODUCER_ID,

@@ -132,6 +132,12 @@ class OffsetsMixin(MembershipMixin):
                 topics_out.append({"name": name, "partitions": [
                     _fetched(index, store.get(org_id, group_id, name, index))
                     for index in topic.get("partition_indexes") or []]})
+        pending = getattr(self, "txn_pending", None)  # set by rafka.shard.txn.install
+        if op.get("require_stable") and pending is not None:
+            for t in topics_out:
+                for p in t["partitions"]:
+                    if pending(org_id, group_id, t["name"], p["partition_index"]):
+                        p.update(committed_offset=-1, error_code=Errors.UNSTABLE_OFFSET_COMMIT)
         respond({"group_id": group_id, "error_code": Errors.NONE, "topics": topics_out})
         return NO_RECORDS
 

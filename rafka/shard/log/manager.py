@@ -21,6 +21,12 @@ Records (key ``(org, topic, partition)`` unless noted):
 * ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
   allocates an id; ``None`` forgets an expired producer on every partition.
 
+Transactions: ``fetch`` with isolation_level 1 stops at each partition's last
+stable offset and lists the aborted transactions in the fetched range;
+``write_markers`` plans commit/abort control batches (``PARTITION_BATCH``
+records like any other) for the partitions where a producer has an open
+transaction — see ``rafka.shard.txn``.
+
 Partition logs learn their topic's configs (and topic id) from the ops, because
 the catalogue lives on another shard. A partition nobody produced to reads as an
 empty log. A produce op whose ``topic_id`` differs from the log's (the topic was
@@ -33,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rafka.protocol.records import CorruptRecordError, split_batches
+from rafka.protocol.records import CorruptRecordError, parse_header, split_batches
 from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.partition import PartitionLog
@@ -97,13 +103,14 @@ class LogManager:
         may exceed the byte limits (by one batch); errors report offsets as -1.
         """
         remaining = op.get("max_bytes", INT32_MAX)
-        aborted: list[Any] | None = [] if op.get("isolation_level", 0) == READ_COMMITTED else None
+        committed = op.get("isolation_level", 0) == READ_COMMITTED
         min_one = True
         out = []
         for p in op.get("partitions", []):
             log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
             limit = min(p.get("partition_max_bytes", INT32_MAX), remaining)
-            error, batches = log.read(p["fetch_offset"], limit, min_one)
+            lso = log.last_stable_offset
+            error, batches = log.read(p["fetch_offset"], limit, min_one, lso if committed else None)
             resp = {
                 "topic": p["topic"],
                 "partition": p["partition"],
@@ -111,7 +118,7 @@ class LogManager:
                 "high_watermark": -1,
                 "last_stable_offset": -1,
                 "log_start_offset": -1,
-                "aborted_transactions": aborted,
+                "aborted_transactions": [] if committed else None,
                 "preferred_read_replica": -1,
                 "records": b"",
             }
@@ -119,10 +126,11 @@ class LogManager:
                 data = b"".join(batches)
                 remaining -= len(data)
                 min_one = min_one and not data
-                hw = log.high_watermark
-                resp.update(
-                    high_watermark=hw, last_stable_offset=hw, log_start_offset=log.log_start_offset, records=data
-                )
+                if committed and batches:
+                    end = parse_header(batches[-1]).last_offset + 1
+                    resp["aborted_transactions"] = log.aborted_in(p["fetch_offset"], end)
+                resp.update(high_watermark=log.high_watermark, last_stable_offset=lso,
+                            log_start_offset=log.log_start_offset, records=data)
             out.append(resp)
         return {"partitions": out}
 
@@ -132,9 +140,12 @@ class LogManager:
         Response ``{partitions: [{topic, partition, error_code, timestamp, offset, leader_epoch}]}``.
         """
         out = []
+        committed = op.get("isolation_level", 0) == READ_COMMITTED
         for p in op.get("partitions", []):
             log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
             offset, timestamp = log.list_offset(p["timestamp"])
+            if committed and p["timestamp"] == -1:
+                offset = log.last_stable_offset
             out.append(
                 {
                     "topic": p["topic"],
@@ -145,6 +156,21 @@ class LogManager:
                     "leader_epoch": -1,
                 }
             )
+        return {"partitions": out}
+
+    def describe_producers(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        """DescribeProducers. ``op = {partitions: [{topic, partition}]}``; response ``{partitions:
+        [{topic, partition, error_code, active_producers: [{producer_id, producer_epoch, last_sequence,
+        last_timestamp, coordinator_epoch, current_txn_start_offset}]}]}``."""
+        out = []
+        for p in op.get("partitions", []):
+            log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
+            producers = [{"producer_id": pid, "producer_epoch": e.producer_epoch, "last_sequence": e.last_seq,
+                          "last_timestamp": e.last_append_ms, "coordinator_epoch": -1,
+                          "current_txn_start_offset": log.ongoing_txns.get(pid, -1)}
+                         for pid, e in sorted(log.producers.entries.items())]
+            out.append({"topic": p["topic"], "partition": p["partition"], "error_code": Errors.NONE,
+                        "active_producers": producers})
         return {"partitions": out}
 
     # --------------------------------------------------------------- handlers
@@ -289,6 +315,23 @@ class LogManager:
         """InitProducerId (idempotent producers only); see ``ProducerIdManager.init_producer_id``."""
         return self.producer_ids.init_producer_id(org_id, op, now_ms)
 
+    def write_markers(self, org_id: str, marker: dict[str, Any], now_ms: int) -> list[Record]:
+        """Commit/abort markers of one transaction on this shard's ``partitions`` (pure).
+
+        ``marker = {producer_id, producer_epoch, committed, partitions: [[topic, partition]]}``.
+        One control batch per partition where the producer has an open transaction;
+        none elsewhere, so repeating a marker (a retry after a crash) changes nothing.
+        """
+        records = []
+        for topic, partition in marker.get("partitions") or []:
+            key = (org_id, topic, int(partition))
+            log = self.logs.get(key)
+            value = None if log is None else log.prepare_marker(
+                marker["producer_id"], marker["producer_epoch"], bool(marker["committed"]), now_ms)
+            if value is not None:
+                records.append(Record(RecordType.PARTITION_BATCH, key, value))
+        return records
+
     def retention(self, now_ms: int) -> list[Record]:
         """Periodic: truncate logs past ``retention.ms``/``retention.bytes`` and expire idle producers."""
         records = []
@@ -298,7 +341,8 @@ class LogManager:
             if new_start is not None:
                 records.append(Record(RecordType.PARTITION_TRUNCATE, key, {"log_start_offset": new_start}))
             for pid, entry in log.producers.entries.items():
-                last_seen[(key[0], pid)] = max(last_seen.get((key[0], pid), -1), entry.last_append_ms)
+                seen = now_ms if pid in log.ongoing_txns else entry.last_append_ms  # never expire an open txn
+                last_seen[(key[0], pid)] = max(last_seen.get((key[0], pid), -1), seen)
         for (org_id, pid), last_ms in sorted(last_seen.items()):
             if now_ms - last_ms >= self.producer_id_expiration_ms:
                 records.append(Record(RecordType.PRODUCER_STATE, (org_id, pid), None))

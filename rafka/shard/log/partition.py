@@ -12,7 +12,15 @@ How this works (Kafka's UnifiedLog/LocalLog/LogSegment, single replica):
   created) is marked ``roll``. It returns ``PARTITION_BATCH`` record values
   ``{batch, append_ms, roll}``. ``apply_batch`` (replay) performs that plan, so
   replaying the records rebuilds the same segments byte for byte.
-* ``high_watermark`` equals LEO (one replica, no transactions: LSO = HW too).
+* ``high_watermark`` equals LEO (one replica). Transactions (Kafka's
+  ProducerStateManager ongoing txns + TransactionIndex): replaying a
+  transactional batch opens ``ongoing_txns[producer_id] = first offset`` unless
+  already open; replaying a control batch (commit/abort marker) closes it, and an
+  abort adds ``(producer_id, first_offset, last_offset)`` to ``aborted_txns``.
+  The last stable offset is the smallest open first offset, else the high
+  watermark; read_committed fetches stop there and carry the aborted
+  transactions overlapping the fetched range. ``prepare_marker`` plans a marker
+  only for a producer with an open transaction, so a repeated marker is a no-op.
 * ``read`` returns whole batches from the one *containing* ``fetch_offset``
   (clients skip records below the offset they asked for), up to ``max_bytes``
   but always at least one batch when ``min_one`` (KIP-74).
@@ -37,11 +45,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rafka.protocol.records import (
+    CONTROL_ABORT,
     MAGIC_V2,
     BatchHeader,
     CompressionType,
     CorruptRecordError,
     InvalidRecordError,
+    build_control_batch,
+    control_type,
     iter_records,
     parse_header,
     set_base_offset,
@@ -97,6 +108,8 @@ class PartitionLog:
         self.log_start_offset = 0
         self.segments: list[Segment] = [Segment(0)]
         self.producers = ProducerStateManager()
+        self.ongoing_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.aborted_txns: list[tuple[int, int, int]] = []  # (producer id, first, last offset), by last
 
     # ------------------------------------------------------------------ state
 
@@ -109,6 +122,28 @@ class PartitionLog:
     def high_watermark(self) -> int:
         """Offset up to which consumers may read; LEO with a single replica."""
         return self.log_end_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """First offset of the oldest open transaction, else the high watermark (LSO)."""
+        return min(self.ongoing_txns.values()) if self.ongoing_txns else self.high_watermark
+
+    def aborted_in(self, start: int, end: int) -> list[dict[str, int]]:
+        """Aborted transactions overlapping offsets ``[start, end)``: what read_committed needs."""
+        i = bisect.bisect_left(self.aborted_txns, start, key=lambda t: t[2])
+        return [{"producer_id": pid, "first_offset": first}
+                for pid, first, _last in self.aborted_txns[i:] if first < end]
+
+    def prepare_marker(self, producer_id: int, producer_epoch: int, committed: bool, now_ms: int) -> dict[str, Any] | None:
+        """The ``PARTITION_BATCH`` value of a commit/abort marker, or None when ``producer_id``
+        has no open transaction here (a repeated marker is a no-op)."""
+        if producer_id not in self.ongoing_txns:
+            return None
+        active = self.segments[-1]
+        batch = build_control_batch(producer_id, producer_epoch, committed, now_ms, base_offset=self.log_end_offset)
+        roll = bool(active.batches) and (active.size + len(batch) > self.config.segment_bytes
+                                         or now_ms - active.created_ms >= self.config.segment_ms)
+        return {"batch": batch, "append_ms": now_ms, "roll": roll}
 
     @property
     def size(self) -> int:
@@ -180,6 +215,12 @@ class PartitionLog:
             seg.retention_timestamp, header.max_timestamp if header.max_timestamp >= 0 else append_ms
         )
         self.producers.update(header, append_ms)
+        if header.is_control:
+            first = self.ongoing_txns.pop(header.producer_id, None)
+            if first is not None and control_type(batch) == CONTROL_ABORT:
+                self.aborted_txns.append((header.producer_id, first, header.base_offset))
+        elif header.is_transactional:
+            self.ongoing_txns.setdefault(header.producer_id, header.base_offset)
 
     # ------------------------------------------------------------ log start
 
@@ -193,6 +234,7 @@ class PartitionLog:
             self.segments.pop(0)
         if not self.segments:
             self.segments.append(Segment(leo))
+        self.aborted_txns = [t for t in self.aborted_txns if t[2] >= log_start_offset]
 
     def retention_log_start(self, now_ms: int, config: LogConfig | None = None) -> int | None:
         """The log start retention would move to (pure), or ``None`` if nothing expires."""
@@ -214,23 +256,28 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ reads
 
-    def read(self, fetch_offset: int, max_bytes: int, min_one: bool = True) -> tuple[Errors, list[bytes]]:
+    def read(self, fetch_offset: int, max_bytes: int, min_one: bool = True,
+             max_offset: int | None = None) -> tuple[Errors, list[bytes]]:
         """Whole batches from the one containing ``fetch_offset`` up to ``max_bytes``.
 
         OFFSET_OUT_OF_RANGE if ``fetch_offset`` is below the log start or past LEO;
         at LEO the answer is empty. With ``min_one`` the first batch is returned
-        even when it alone exceeds ``max_bytes``.
+        even when it alone exceeds ``max_bytes``. Batches starting at or after
+        ``max_offset`` (the LSO for read_committed) are not returned.
         """
         if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
             return Errors.OFFSET_OUT_OF_RANGE, []
         out: list[bytes] = []
-        if fetch_offset == self.log_end_offset:
+        limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if fetch_offset >= limit:
             return Errors.NONE, out
         si = bisect.bisect_right(self.segments, fetch_offset, key=lambda s: s.base_offset) - 1
         bi = max(bisect.bisect_right(self.segments[si].base_offsets, fetch_offset) - 1, 0)
         total = 0
         for seg in self.segments[si:]:
-            for batch in seg.batches[bi:]:
+            for j, batch in enumerate(seg.batches[bi:], bi):
+                if seg.base_offsets[j] >= limit:
+                    return Errors.NONE, out
                 if total + len(batch) > max_bytes and (out or not min_one):
                     return Errors.NONE, out
                 out.append(batch)
@@ -303,7 +350,7 @@ def validate_client_batch(batch: Any, max_message_bytes: int) -> BatchHeader:
 
     Magic (INVALID_RECORD), size against ``max.message.bytes`` (MESSAGE_TOO_LARGE),
     CRC (CORRUPT_MESSAGE), record count / control batch / missing sequence
-    (INVALID_RECORD), transactional (INVALID_TXN_STATE: no transactions here).
+    (INVALID_RECORD), transactional without a producer id (INVALID_RECORD).
     """
     try:
         if len(batch) > _MAGIC_OFFSET and batch[_MAGIC_OFFSET] != MAGIC_V2:
@@ -325,6 +372,6 @@ def validate_client_batch(batch: Any, max_message_bytes: int) -> BatchHeader:
         raise AppendError(Errors.INVALID_RECORD, "Clients are not allowed to write control records")
     if header.has_producer_id and header.base_sequence < 0:
         raise AppendError(Errors.INVALID_RECORD, f"Invalid sequence number {header.base_sequence}")
-    if header.is_transactional:
-        raise AppendError(Errors.INVALID_TXN_STATE, "Transactions are not supported by this broker")
+    if header.is_transactional and not header.has_producer_id:
+        raise AppendError(Errors.INVALID_RECORD, "A transactional batch needs a producer id")
     return header

@@ -108,11 +108,17 @@ class ProducerStateManager:
 
     def update(self, header: BatchHeader, append_ms: int) -> None:
         """Record an appended batch (replay only); ``header`` carries its assigned offset."""
-        if not header.has_producer_id or header.is_control:
+        if not header.has_producer_id:
             return
         entry = self.entries.get(header.producer_id)
         if entry is None:
             entry = self.entries[header.producer_id] = ProducerStateEntry(header.producer_id)
+        if header.is_control:  # a transaction marker may carry a bumped (fencing) epoch
+            if header.producer_epoch > entry.producer_epoch:
+                entry.producer_epoch = header.producer_epoch
+                entry.batches.clear()
+            entry.last_append_ms = max(entry.last_append_ms, append_ms)
+            return
         if entry.producer_epoch != header.producer_epoch:
             entry.producer_epoch = header.producer_epoch
             entry.batches.clear()
@@ -160,6 +166,15 @@ class ProducerIdManager:
         producer_id = (self.next_counter << self.shard_id_bits) | self.shard_id
         record = Record(RecordType.PRODUCER_STATE, (org_id, producer_id), {"producer_epoch": 0, "allocated_ms": now_ms})
         return [record], {"error_code": Errors.NONE, "producer_id": producer_id, "producer_epoch": 0}
+
+    def peek(self) -> int:
+        """The id the next allocation gets (pure; replaying its record moves past it)."""
+        return (self.next_counter << self.shard_id_bits) | self.shard_id
+
+    def observe(self, producer_id: int) -> None:
+        """Move the counter past ``producer_id`` if this shard allocated it."""
+        if producer_id >= 0 and producer_id & ((1 << self.shard_id_bits) - 1) == self.shard_id:
+            self.next_counter = max(self.next_counter, (producer_id >> self.shard_id_bits) + 1)
 
     def replay(self, record: Record) -> None:
         """Move the counter past an allocated id (ids of other shards are ignored)."""

@@ -1,0 +1,209 @@
+"""Transaction APIs: routed to the transaction coordinator shard of (org_id, transactional_id).
+
+Version notes:
+- InitProducerId 0–5 (here when a transactional id is given; data.py delegates).
+  PRODUCER_FENCED (v4+) reads INVALID_PRODUCER_EPOCH for older versions, as in Kafka.
+- AddPartitionsToTxn 0–3: the client versions (v4+ is Kafka's broker-to-broker
+  batch and is not offered). A request naming an unknown topic fails those
+  partitions with UNKNOWN_TOPIC_OR_PARTITION and the rest with OPERATION_NOT_ATTEMPTED.
+- AddOffsetsToTxn 0–3, EndTxn 0–4, TxnOffsetCommit 0–3 (to the group's shard):
+  no KIP-890 (transaction version 2) versions are offered.
+- DescribeTransactions 0, ListTransactions 0–1 fan out to the owning shards;
+  DescribeProducers 0 asks each partition's shard for its producers and the
+  start offset of their open transaction (``kafka-transactions.sh describe-producers``).
+EndTxn answers once every participant has its marker (see rafka.gateway.txn); if
+a participant's shard is down, the decision is already durable, so EndTxn still
+succeeds and the sweeper writes the missing markers when the shard is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+from rafka.gateway.api import RequestContext, api
+from rafka.gateway.handlers.errors import Err, coordinator_error
+from rafka.gateway.handlers.topics import topic_cache
+from rafka.gateway.txn import complete_transaction
+from rafka.rail import Op
+
+PRODUCER_FENCED = 90
+INVALID_PRODUCER_EPOCH = 47
+OPERATION_NOT_ATTEMPTED = 55
+CONCURRENT_TRANSACTIONS = 51
+
+
+def _fenced_for(code: int, version: int, fenced_from: int) -> int:
+    """PRODUCER_FENCED for versions that know it, INVALID_PRODUCER_EPOCH before."""
+    return INVALID_PRODUCER_EPOCH if code == PRODUCER_FENCED and version < fenced_from else code
+
+
+async def _call_txn(ctx: RequestContext, op: Op, tid: str, payload: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
+    router = ctx.gateway.router
+    try:
+        return await router.call(router.shard_for_group(ctx.org_id, tid), op, ctx.org_id, payload, ctx.trace), 0
+    except Exception as exc:
+        return None, coordinator_error(exc)
+
+
+async def init_transactional_producer_id(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    """InitProducerId with a transactional id; an Ongoing transaction is fenced and aborted first."""
+    payload = {"transactional_id": req["transactional_id"],
+               "transaction_timeout_ms": req.get("transaction_timeout") or 60_000,
+               "producer_id": req.get("producer_id", -1), "producer_epoch": req.get("producer_epoch", -1)}
+    for _attempt in range(3):
+        resp, err = await _call_txn(ctx, Op.TXN_INIT_PRODUCER_ID, req["transactional_id"], payload)
+        if resp is None:
+            return {"throttle_time": 0, "error_code": err, "producer_id": -1, "producer_epoch": -1}
+        complete = resp.pop("complete", None)
+        if complete is None or not await complete_transaction(ctx.gateway.router, complete, ctx.trace):
+            break
+        payload["producer_id"] = payload["producer_epoch"] = -1  # the retry after our own fence
+    assert resp is not None
+    resp["error_code"] = _fenced_for(resp["error_code"], ctx.api_version, 4)
+    return {"throttle_time": 0, **resp}
+
+
+@api(24, 0, 3, "txn.add-partitions")
+async def add_partitions_to_txn(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    tid = req["v3_and_below_transactional_id"]
+    topics = req.get("v3_and_below_topics") or []
+    try:
+        infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in topics], False)
+    except Exception:
+        infos = None
+    errors: dict[tuple[str, int], int] = {}
+    parts = []
+    for t in topics:
+        info = (infos or {}).get(t["name"])
+        for p in t["partitions"]:
+            if infos is None:
+                errors[(t["name"], p)] = Err.COORDINATOR_NOT_AVAILABLE
+            elif info is None or not 0 <= p < info["partitions"]:
+                errors[(t["name"], p)] = Err.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                parts.append([t["name"], p])
+    if errors:
+        code = OPERATION_NOT_ATTEMPTED
+    else:
+        resp, err = await _call_txn(ctx, Op.TXN_ADD_PARTITIONS, tid, {
+            "transactional_id": tid, "producer_id": req["v3_and_below_producer_id"],
+            "producer_epoch": req["v3_and_below_producer_epoch"], "partitions": parts})
+        code = _fenced_for(resp["error_code"] if resp is not None else err, ctx.api_version, 2)
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": [
+        {"name": t["name"], "results_by_partition": [
+            {"partition_index": p, "partition_error_code": errors.get((t["name"], p), code)} for p in t["partitions"]]}
+        for t in topics]}
+
+
+@api(25, 0, 3, "txn.add-offsets")
+async def add_offsets_to_txn(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    resp, err = await _call_txn(ctx, Op.TXN_ADD_OFFSETS, req["transactional_id"], {
+        k: req[k] for k in ("transactional_id", "producer_id", "producer_epoch", "group_id")})
+    return {"throttle_time": 0, "error_code": _fenced_for(resp["error_code"] if resp else err, ctx.api_version, 2)}
+
+
+@api(26, 0, 4, "txn.end-txn")
+async def end_txn(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    resp, err = await _call_txn(ctx, Op.TXN_END, req["transactional_id"], {
+        k: req[k] for k in ("transactional_id", "producer_id", "producer_epoch", "committed")})
+    if resp is None:
+        return {"throttle_time": 0, "error_code": err}
+    complete = resp.get("complete")
+    if complete is not None:
+        await complete_transaction(ctx.gateway.router, complete, ctx.trace)  # else the sweeper finishes it
+    return {"throttle_time": 0, "error_code": _fenced_for(resp["error_code"], ctx.api_version, 2)}
+
+
+@api(28, 0, 3, "txn.offset-commit")
+async def txn_offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    router = ctx.gateway.router
+    payload = {k: req.get(k) for k in ("transactional_id", "group_id", "producer_id", "producer_epoch",
+                                       "generation_id", "member_id", "group_instance_id", "topics")}
+    if payload["generation_id"] is None:
+        payload["generation_id"] = -1
+    try:
+        resp = await router.call(router.shard_for_group(ctx.org_id, req["group_id"]), Op.TXN_OFFSET_COMMIT,
+                                 ctx.org_id, payload, ctx.trace)
+    except Exception as exc:
+        err = coordinator_error(exc)
+        resp = {"topics": [{"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"], "error_code": err} for p in t["partitions"]]}
+            for t in req["topics"]]}
+    return {"throttle_time": 0, **resp}
+
+
+@api(65, 0, 0, "txn.describe")
+async def describe_transactions(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    router = ctx.gateway.router
+    tids = list(req.get("transactional_ids") or [])
+    by_shard: dict[int, list[str]] = {}
+    for tid in tids:
+        by_shard.setdefault(router.shard_for_group(ctx.org_id, tid), []).append(tid)
+    shards = list(by_shard)
+    results = await asyncio.gather(*(router.call(s, Op.TXN_DESCRIBE, ctx.org_id, {"transactional_ids": by_shard[s]},
+                                                 ctx.trace) for s in shards), return_exceptions=True)
+    found: dict[str, dict[str, Any]] = {}
+    for s, res in zip(shards, results):
+        for tid in by_shard[s]:
+            if isinstance(res, BaseException):
+                found[tid] = {"error_code": coordinator_error(res), "transactional_id": tid, "transaction_state": "",
+                              "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
+                              "producer_epoch": -1, "topics": []}
+        if not isinstance(res, BaseException):
+            for st in res["transaction_states"]:
+                found[st["transactional_id"]] = st
+    states = []
+    for tid in tids:  # kio wants an aware datetime; Kafka sends -1 when there is no transaction
+        st = dict(found[tid])
+        start = max(int(st["transaction_start_time"]), 0) / 1000
+        st["transaction_start_time"] = datetime.datetime.fromtimestamp(start, datetime.timezone.utc)
+        states.append(st)
+    return {"throttle_time": 0, "transaction_states": states}
+
+
+KNOWN_STATES = {"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
+                "PrepareEpochFence"}
+
+
+@api(66, 0, 1, "txn.list")
+async def list_transactions(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    router = ctx.gateway.router
+    states = list(req.get("state_filters") or [])
+    payload = {"state_filters": states, "producer_id_filters": list(req.get("producer_id_filters") or []),
+               "duration_filter": req.get("duration_filter", -1)}
+    results = await asyncio.gather(*(router.call(s, Op.TXN_LIST, ctx.org_id, payload, ctx.trace)
+                                     for s in range(router.shard_count)), return_exceptions=True)
+    out: list[dict[str, Any]] = []
+    error = 0
+    for res in results:
+        if isinstance(res, BaseException):
+            error = coordinator_error(res)
+        else:
+            out.extend(res["transaction_states"])
+    return {"throttle_time": 0, "error_code": error,
+            "unknown_state_filters": [s for s in states if s not in KNOWN_STATES],
+            "transaction_states": sorted(out, key=lambda t: t["transactional_id"])}
+
+
+@api(61, 0, 0, "txn.describe-producers")
+async def describe_producers(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    from rafka.gateway.handlers.data import _split_call, _topics
+
+    topics = req.get("topics") or []
+    infos, missing = await _topics(ctx, [t["name"] for t in topics], False)
+    parts = [{"topic": t["name"], "partition": p, "topic_id": infos[t["name"]]["topic_id"]}  # type: ignore[index]
+             for t in topics if infos.get(t["name"]) for p in t["partition_indexes"]
+             if 0 <= p < infos[t["name"]]["partitions"]]  # type: ignore[index]
+    answers = await _split_call(ctx, Op.DESCRIBE_PRODUCERS, parts, {}) if parts else {}
+    out = []
+    for t in topics:
+        prs = []
+        for p in t["partition_indexes"]:
+            a = answers.get((t["name"], p), {"error_code": missing if not infos.get(t["name"])
+                                             else Err.UNKNOWN_TOPIC_OR_PARTITION})
+            prs.append({"partition_index": p, "error_code": a.get("error_code", 0), "error_message": None,
+                        "active_producers": a.get("active_producers", [])})
+        out.append({"name": t["name"], "partitions": prs})
+    return {"throttle_time": 0, "topics": out}

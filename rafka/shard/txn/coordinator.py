@@ -1,0 +1,252 @@
+"""The transaction coordinator of one shard (Kafka's TransactionCoordinator + TransactionStateManager).
+
+How this works: a transactional id is owned like a group —
+``stable_hash(org_id, transactional_id)`` picks a coordinator partition, the
+partition a shard. Handlers are pure ``(org_id, op, now_ms) -> (records,
+response)``; a handler never mutates state, it returns ``TXN_METADATA`` records
+(key ``(org, transactional_id)``, value ``TransactionMetadata.to_value()``) and
+``replay`` — live and on recovery alike — installs them.
+
+Shards never talk to each other, so the coordinator does not write markers
+itself. EndTxn moves the transaction to PrepareCommit/PrepareAbort (durable:
+the decision) and answers with a *completion* ``{org_id, transactional_id,
+producer_id, producer_epoch, committed, partitions, groups}``; the gateway
+then sends WRITE_TXN_MARKERS to every participant's shard and finally
+COMPLETE_TXN here, which moves the transaction to CompleteCommit/CompleteAbort.
+Markers are idempotent, so any step may be repeated. ``sweep`` (polled by the
+gateway's sweeper) aborts Ongoing transactions older than their timeout — with
+an epoch bump that fences the abandoned producer, as Kafka does — and lists
+every prepared transaction so a crash between the decision and the completion
+is always finished. InitProducerId for an id with an Ongoing transaction fences
+it the same way and answers CONCURRENT_TRANSACTIONS until it is complete.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rafka.shard.records import Record, RecordType
+from rafka.shard.txn.state import PREPARED, TransactionMetadata, TransactionState
+
+S = TransactionState
+Result = tuple[list[Record], dict[str, Any]]
+MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
+MAX_EPOCH = 32_767  # Short.MaxValue: past it a producer gets a new id
+
+
+class Errors:
+    """Kafka error codes the transaction coordinator answers with."""
+
+    NONE = 0
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_NOT_FOUND = 105
+
+
+def completion(org_id: str, meta: TransactionMetadata) -> dict[str, Any]:
+    """What the gateway needs to write the markers of a prepared transaction."""
+    return {"org_id": org_id, "transactional_id": meta.transactional_id, "producer_id": meta.producer_id,
+            "producer_epoch": meta.producer_epoch, "committed": meta.state is S.PREPARE_COMMIT,
+            "partitions": [list(p) for p in meta.partitions], "groups": list(meta.groups)}
+
+
+class TransactionCoordinator:
+    """Transactional ids of one shard: handlers, ``replay`` and ``sweep``."""
+
+    def __init__(self, allocate_producer_id: Callable[[], int], on_producer_id: Callable[[int], None] = lambda _: None,
+                 *, max_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS) -> None:
+        self.txns: dict[tuple[str, str], TransactionMetadata] = {}
+        self.allocate_producer_id = allocate_producer_id  # next unused id (pure peek)
+        self.on_producer_id = on_producer_id  # replay saw an id: move the allocator past it
+        self.max_timeout_ms = max_timeout_ms
+
+    # ------------------------------------------------------------- helpers
+    @staticmethod
+    def _record(org_id: str, meta: TransactionMetadata) -> Record:
+        return Record(RecordType.TXN_METADATA, (org_id, meta.transactional_id), meta.to_value())
+
+    def _check_producer(self, meta: TransactionMetadata | None, op: dict[str, Any]) -> int:
+        """INVALID_PRODUCER_ID_MAPPING / PRODUCER_FENCED unless ``op`` names the current producer."""
+        if meta is None or meta.producer_id != op["producer_id"]:
+            return Errors.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != op["producer_epoch"]:
+            return Errors.PRODUCER_FENCED
+        return Errors.NONE
+
+    @staticmethod
+    def _fence(meta: TransactionMetadata, now_ms: int, *, timed_out: bool = False) -> TransactionMetadata:
+        """Abort ``meta``'s Ongoing transaction with a bumped epoch (fences the old producer).
+
+        After a timeout the old epoch is remembered, so that producer may re-initialise
+        with it (KIP-360) instead of being fenced for good."""
+        return meta.transition_to(S.PREPARE_ABORT, now_ms, producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
+                                  last_producer_epoch=meta.producer_epoch if timed_out else -1)
+
+    # ------------------------------------------------------------ handlers
+    def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """InitProducerId with a transactional id: a producer id and a new epoch.
+
+        ``op = {transactional_id, transaction_timeout_ms, producer_id, producer_epoch}``.
+        Response ``{error_code, producer_id, producer_epoch[, complete]}``; ``complete``
+        is a transaction this call fenced, for the gateway to finish.
+        """
+        tid, timeout = op["transactional_id"], op.get("transaction_timeout_ms", 60_000)
+        fail = {"producer_id": -1, "producer_epoch": -1}
+        if not 0 < timeout <= self.max_timeout_ms:
+            return [], {"error_code": Errors.INVALID_TRANSACTION_TIMEOUT, **fail}
+        meta = self.txns.get((org_id, tid))
+        if meta is None:
+            meta = TransactionMetadata(tid, self.allocate_producer_id(), 0, timeout, S.EMPTY, update_ms=now_ms)
+            return [self._record(org_id, meta)], {"error_code": Errors.NONE, "producer_id": meta.producer_id,
+                                                  "producer_epoch": 0}
+        given = op.get("producer_id", -1)
+        known_epochs = {meta.producer_epoch, meta.last_producer_epoch} - {-1}
+        if given not in (-1, None) and (given != meta.producer_id or op.get("producer_epoch") not in known_epochs):
+            return [], {"error_code": Errors.PRODUCER_FENCED, **fail}  # KIP-360: only the current producer may re-init
+        if meta.state in PREPARED:
+            return [], {"error_code": Errors.CONCURRENT_TRANSACTIONS, **fail, "complete": completion(org_id, meta)}
+        if meta.state is S.ONGOING:
+            fenced = self._fence(meta, now_ms)
+            return [self._record(org_id, fenced)], {"error_code": Errors.CONCURRENT_TRANSACTIONS, **fail,
+                                                    "complete": completion(org_id, fenced)}
+        if meta.producer_epoch + 1 >= MAX_EPOCH:
+            pid, epoch = self.allocate_producer_id(), 0
+        else:
+            pid, epoch = meta.producer_id, meta.producer_epoch + 1
+        new = meta.transition_to(S.EMPTY, now_ms, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout,
+                                 partitions=(), groups=(), start_ms=-1, last_producer_epoch=-1)
+        return [self._record(org_id, new)], {"error_code": Errors.NONE, "producer_id": pid, "producer_epoch": epoch}
+
+    def _add(self, org_id: str, op: dict[str, Any], now_ms: int, partitions: list[tuple[str, int]],
+             groups: list[str]) -> tuple[list[Record], int]:
+        meta = self.txns.get((org_id, op["transactional_id"]))
+        error = self._check_producer(meta, op)
+        if error:
+            return [], error
+        assert meta is not None
+        if meta.state in PREPARED:
+            return [], Errors.CONCURRENT_TRANSACTIONS
+        new_parts = tuple(dict.fromkeys(meta.partitions + tuple(partitions)))
+        new_groups = tuple(dict.fromkeys(meta.groups + tuple(groups)))
+        if meta.state is S.ONGOING and (new_parts, new_groups) == (meta.partitions, meta.groups):
+            return [], Errors.NONE
+        start = meta.start_ms if meta.state is S.ONGOING else now_ms
+        new = meta.transition_to(S.ONGOING, now_ms, partitions=new_parts, groups=new_groups, start_ms=start)
+        return [self._record(org_id, new)], Errors.NONE
+
+    def add_partitions(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """AddPartitionsToTxn. ``op = {transactional_id, producer_id, producer_epoch,
+        partitions: [[topic, partition]]}``; response ``{error_code}`` (for every partition)."""
+        parts = [(t, int(p)) for t, p in op["partitions"]]
+        records, error = self._add(org_id, op, now_ms, parts, [])
+        return records, {"error_code": error}
+
+    def add_offsets(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """AddOffsetsToTxn. ``op = {transactional_id, producer_id, producer_epoch, group_id}``."""
+        records, error = self._add(org_id, op, now_ms, [], [op["group_id"]])
+        return records, {"error_code": error}
+
+    def end_txn(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """EndTxn. ``op = {transactional_id, producer_id, producer_epoch, committed}``.
+
+        Ongoing → PrepareCommit/PrepareAbort and a ``complete`` for the gateway. A
+        retry of the same decision while prepared answers the completion again (the
+        gateway finishes it); once complete it answers NONE; the other decision
+        is INVALID_TXN_STATE.
+        """
+        meta = self.txns.get((org_id, op["transactional_id"]))
+        error = self._check_producer(meta, op)
+        if error:
+            return [], {"error_code": error}
+        assert meta is not None
+        committed = bool(op["committed"])
+        if meta.state is S.ONGOING:
+            new = meta.transition_to(S.PREPARE_COMMIT if committed else S.PREPARE_ABORT, now_ms)
+            return [self._record(org_id, new)], {"error_code": Errors.NONE, "complete": completion(org_id, new)}
+        if meta.state in PREPARED and meta.committing == committed:
+            return [], {"error_code": Errors.NONE, "complete": completion(org_id, meta)}
+        if meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT) and meta.committing == committed:
+            return [], {"error_code": Errors.NONE}
+        return [], {"error_code": Errors.INVALID_TXN_STATE}
+
+    def complete_txn(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """After every marker is written: PrepareX → CompleteX. ``op = {transactional_id,
+        producer_id, producer_epoch, committed}``; anything else is a no-op (a repeat)."""
+        meta = self.txns.get((org_id, op["transactional_id"]))
+        if (meta is None or meta.state not in PREPARED or meta.committing != bool(op["committed"])
+                or (meta.producer_id, meta.producer_epoch) != (op["producer_id"], op["producer_epoch"])):
+            return [], {"error_code": Errors.NONE}
+        new = meta.transition_to(S.COMPLETE_COMMIT if meta.committing else S.COMPLETE_ABORT, now_ms,
+                                 partitions=(), groups=(), start_ms=-1)
+        return [self._record(org_id, new)], {"error_code": Errors.NONE}
+
+    def sweep(self, op: dict[str, Any], now_ms: int) -> Result:
+        """Abort timed-out Ongoing transactions; list every prepared one older than ``min_age_ms``
+        (and those just aborted). Response ``{complete: [completion]}`` across organisations."""
+        min_age = op.get("min_age_ms", 0)
+        records, out = [], []
+        for (org_id, _tid), meta in sorted(self.txns.items()):
+            if meta.state is S.ONGOING and now_ms - meta.start_ms > meta.timeout_ms:
+                fenced = self._fence(meta, now_ms, timed_out=True)
+                records.append(self._record(org_id, fenced))
+                out.append(completion(org_id, fenced))
+            elif meta.state in PREPARED and now_ms - meta.update_ms >= min_age:
+                out.append(completion(org_id, meta))
+        return records, {"complete": out}
+
+    # ------------------------------------------------------------- operators
+    def describe(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        """DescribeTransactions. ``op = {transactional_ids}``."""
+        out = []
+        for tid in op.get("transactional_ids") or []:
+            meta = self.txns.get((org_id, tid))
+            if meta is None:
+                out.append({"error_code": Errors.TRANSACTIONAL_ID_NOT_FOUND, "transactional_id": tid,
+                            "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": -1,
+                            "producer_id": -1, "producer_epoch": -1, "topics": []})
+                continue
+            topics: dict[str, list[int]] = {}
+            for t, p in meta.partitions:
+                topics.setdefault(t, []).append(p)
+            out.append({"error_code": 0, "transactional_id": tid, "transaction_state": meta.state.value,
+                        "transaction_timeout": meta.timeout_ms, "transaction_start_time": meta.start_ms,
+                        "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
+                        "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]})
+        return {"transaction_states": out}
+
+    def list(self, org_id: str, op: dict[str, Any], now_ms: int) -> dict[str, Any]:
+        """ListTransactions. ``op = {state_filters, producer_id_filters, duration_filter}``."""
+        states = set(op.get("state_filters") or [])
+        pids = set(op.get("producer_id_filters") or [])
+        duration = op.get("duration_filter", -1)
+        out = []
+        for (org, tid), meta in sorted(self.txns.items()):
+            if org != org_id or (states and meta.state.value not in states) or (pids and meta.producer_id not in pids):
+                continue
+            if duration is not None and duration >= 0 and now_ms - meta.start_ms <= duration:
+                continue  # Kafka's filter: running longer than ``duration`` (start -1 when none: kept)
+            out.append({"transactional_id": tid, "producer_id": meta.producer_id,
+                        "transaction_state": meta.state.value})
+        return {"transaction_states": out}
+
+    # ---------------------------------------------------------------- replay
+    def replay(self, record: Record) -> None:
+        """Install one ``TXN_METADATA`` record (the only code that changes ``txns``)."""
+        org_id, tid = record.key
+        if record.value is None:
+            self.txns.pop((org_id, tid), None)
+            return
+        meta = TransactionMetadata.from_value(tid, record.value)
+        self.txns[(org_id, tid)] = meta
+        self.on_producer_id(meta.producer_id)
+
+    def stats(self) -> dict[str, int]:
+        """Transactions by state (for metrics)."""
+        out = {s.value: 0 for s in TransactionState}
+        for meta in self.txns.values():
+            out[meta.state.value] += 1
+        return out

@@ -1,0 +1,123 @@
+"""The participant side of transactions: pending transactional offsets and marker writes.
+
+How this works: a transaction's participants are partition logs and consumer
+groups, owned by whichever shards hash them. TxnOffsetCommit goes straight to
+the group's shard (as in Kafka, to the group coordinator) and is validated like
+an OffsetCommit, but is stored as *pending*: ``TXN_OFFSET_COMMIT`` records keyed
+``(org, group, producer_id, topic, partition)``, invisible to OffsetFetch, which
+answers UNSTABLE_OFFSET_COMMIT for them when asked with ``require_stable``.
+
+WRITE_TXN_MARKERS carries the outcome of one transaction for the partitions and
+groups this shard owns. For each partition where the producer has an open
+transaction, ``LogManager.write_markers`` appends a commit/abort control batch
+(durable like any batch); for each group, a commit turns the producer's pending
+offsets into ordinary ``OFFSET_COMMIT`` records and an abort drops them — in
+both cases tombstones clear the pending entries, all in one WAL entry of the
+group's stream. A marker for a producer with nothing open is a no-op, so the
+gateway may repeat markers after a crash.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rafka.shard.groups.record_helpers import new_offset_commit_record
+from rafka.shard.records import Record, RecordType
+
+ILLEGAL_GENERATION = 22
+OFFSET_METADATA_TOO_LARGE = 12
+UNSTABLE_OFFSET_COMMIT = 88
+Result = tuple[list[Record], dict[str, Any]]
+PendingKey = tuple[str, int]
+
+
+class TxnOffsets:
+    """Pending transactional offsets: ``(org, group) -> producer_id -> (topic, partition) -> value``."""
+
+    def __init__(self) -> None:
+        self.pending: dict[tuple[str, str], dict[int, dict[PendingKey, dict[str, Any]]]] = {}
+
+    def has_pending(self, org_id: str, group_id: str, topic: str, partition: int) -> bool:
+        """Whether some open transaction holds an offset for this partition (require_stable)."""
+        return any((topic, partition) in offs for offs in self.pending.get((org_id, group_id), {}).values())
+
+    def replay(self, record: Record) -> None:
+        """Install or drop one ``TXN_OFFSET_COMMIT`` record."""
+        org_id, group_id, pid, topic, partition = record.key
+        key = (org_id, group_id)
+        if record.value is not None:
+            self.pending.setdefault(key, {}).setdefault(pid, {})[(topic, partition)] = record.value
+            return
+        by_pid = self.pending.get(key, {})
+        offs = by_pid.get(pid, {})
+        offs.pop((topic, partition), None)
+        if not offs:
+            by_pid.pop(pid, None)
+        if not by_pid:
+            self.pending.pop(key, None)
+
+    def marker(self, org_id: str, group_id: str, producer_id: int, committed: bool) -> list[Record]:
+        """Records that materialise (commit) or discard (abort) the producer's pending offsets."""
+        offs = self.pending.get((org_id, group_id), {}).get(producer_id, {})
+        records = []
+        for (topic, partition), v in sorted(offs.items()):
+            if committed:
+                records.append(new_offset_commit_record(org_id, group_id, topic, partition, v["offset"],
+                                                        v["leader_epoch"], v["metadata"], v["commit_ts"]))
+            records.append(Record(RecordType.TXN_OFFSET_COMMIT, (org_id, group_id, producer_id, topic, partition), None))
+        return records
+
+
+class TxnParticipant:
+    """TxnOffsetCommit and WRITE_TXN_MARKERS handlers of one shard."""
+
+    def __init__(self, groups: Any, logs: Any, offsets: TxnOffsets) -> None:
+        self.groups = groups  # the GroupCoordinator, for validation
+        self.logs = logs  # the LogManager
+        self.offsets = offsets
+
+    def _validate(self, org_id: str, op: dict[str, Any]) -> int:
+        group_id, generation = op["group_id"], op.get("generation_id", -1)
+        member_id, instance_id = op.get("member_id") or "", op.get("group_instance_id")
+        consumer = getattr(self.groups, "consumer", None)
+        if consumer is not None:
+            error = consumer.validate_offset_commit(org_id, group_id, member_id, instance_id, generation, 9)
+            if error is not None:
+                return int(error)
+        group = self.groups._group(org_id, group_id)
+        if group is None:
+            return 0 if generation < 0 else ILLEGAL_GENERATION
+        return int(group.validate_offset_commit(member_id, instance_id, generation))
+
+    def txn_offset_commit(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """TxnOffsetCommit. ``op = {transactional_id, group_id, producer_id, producer_epoch,
+        generation_id, member_id, group_instance_id, topics: [{name, partitions: [{partition_index,
+        committed_offset, committed_leader_epoch, committed_metadata}]}]}``."""
+        error = self._validate(org_id, op)
+        max_bytes = self.groups.config.offset_metadata_max_bytes
+        records, topics = [], []
+        for t in op.get("topics") or []:
+            parts = []
+            for p in t.get("partitions") or []:
+                metadata = p.get("committed_metadata") or ""
+                code = error or (OFFSET_METADATA_TOO_LARGE if len(metadata) > max_bytes else 0)
+                parts.append({"partition_index": p["partition_index"], "error_code": code})
+                if code:
+                    continue
+                epoch = p.get("committed_leader_epoch")
+                records.append(Record(RecordType.TXN_OFFSET_COMMIT,
+                                      (org_id, op["group_id"], op["producer_id"], t["name"], p["partition_index"]),
+                                      {"offset": p["committed_offset"], "leader_epoch": -1 if epoch is None else epoch,
+                                       "metadata": metadata, "commit_ts": now_ms}))
+            topics.append({"name": t["name"], "partitions": parts})
+        return records, {"topics": topics}
+
+    def write_markers(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
+        """WRITE_TXN_MARKERS. ``op = {markers: [{producer_id, producer_epoch, committed,
+        partitions: [[topic, partition]], groups: [group_id]}]}``; response ``{error_code}``."""
+        records: list[Record] = []
+        for m in op.get("markers") or []:
+            records += self.logs.write_markers(org_id, m, now_ms)
+            for group_id in m.get("groups") or []:
+                records += self.offsets.marker(org_id, group_id, m["producer_id"], bool(m["committed"]))
+        return records, {"error_code": 0, "written": sum(1 for r in records if r.type == RecordType.PARTITION_BATCH)}

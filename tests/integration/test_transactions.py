@@ -1,0 +1,330 @@
+"""Exactly-once transactions with confluent-kafka against a 3-shard broker.
+
+Names are chosen so that the transaction coordinator, the input group and the
+output partitions live on different shards: every commit crosses shards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from rafka import ids
+from tests.integration.clients import create_topic, wait_for
+from tests.integration.conftest import Rafka
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+SHARDS = 3
+
+
+def _shard_of_key(key: str) -> int:
+    return ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, key), SHARDS)
+
+
+def _shard_of_partition(topic: str, partition: int) -> int:
+    return ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, topic, partition), SHARDS)
+
+
+def _names() -> tuple[str, str, str, str]:
+    """(input topic, output topic, group, transactional id) on three different shards."""
+    while True:
+        tag = uuid.uuid4().hex[:8]
+        src, dst, group, tid = f"in-{tag}", f"out-{tag}", f"g-{tag}", f"tx-{tag}"
+        if len({_shard_of_key(tid), _shard_of_key(group), _shard_of_partition(dst, 0)}) == 3:
+            return src, dst, group, tid
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rafka]:
+    b = Rafka(tmp_path_factory.mktemp("txn") / "data", shards=SHARDS).start()
+    yield b
+    b.stop()
+
+
+def _producer(bootstrap: str, tid: str, **extra: Any) -> Producer:
+    conf = {"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5,
+            "transaction.timeout.ms": 20000}
+    conf.update(extra)
+    return Producer(conf)
+
+
+def _read(bootstrap: str, topic: str, partitions: int, isolation: str, expected: int | None = None,
+          wait: float = 3.0) -> list[bytes]:
+    """Every value of ``topic`` visible under ``isolation`` (waits for ``expected`` if given)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex[:8]}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + (20.0 if expected is not None else wait)
+    idle_until = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            out.append(m.value())
+            idle_until = time.monotonic() + 1.0
+        if expected is not None and len(out) >= expected and time.monotonic() > idle_until:
+            break
+        if expected is None and time.monotonic() > idle_until:
+            break
+    c.close()
+    return out
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return [tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=20)]
+    finally:
+        c.close()
+
+
+def test_consume_transform_produce_commits_output_and_offsets_together(broker: Rafka) -> None:
+    src, dst, group, tid = _names()
+    create_topic(broker.bootstrap, src, 3)
+    create_topic(broker.bootstrap, dst, 3)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(30):
+        plain.produce(src, value=f"m{i}".encode(), partition=i % 3)
+    assert plain.flush(10) == 0
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    consumer.subscribe([src])
+    producer = _producer(broker.bootstrap, tid)
+    producer.init_transactions(15)
+    seen = 0
+    deadline = time.monotonic() + 30
+    try:
+        while seen < 30 and time.monotonic() < deadline:
+            msgs = [m for m in consumer.consume(10, 1.0) if not m.error()]
+            if not msgs:
+                continue
+            producer.begin_transaction()
+            for m in msgs:
+                producer.produce(dst, value=m.value().upper(), partition=m.partition())
+            producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                 consumer.consumer_group_metadata(), 15)
+            producer.commit_transaction(15)
+            seen += len(msgs)
+    finally:
+        consumer.close()
+    assert seen == 30
+    assert sorted(_read(broker.bootstrap, dst, 3, "read_committed", 30)) == sorted(f"M{i}".encode() for i in range(30))
+    assert _committed(broker.bootstrap, group, src, 3) == [10, 10, 10]
+
+
+def _offset_fetch(broker: Rafka, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
+    """(committed offset, error code) of partition 0 through OffsetFetch v7."""
+    with RawClient("127.0.0.1", broker.port) as c:
+        resp = c.request(9, 7, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
+                                "require_stable": require_stable})
+    p = resp["topics"][0]["partitions"][0]
+    return p["committed_offset"], p["error_code"]
+
+
+def test_txn_offsets_are_pending_until_commit_and_dropped_on_abort(broker: Rafka) -> None:
+    src, dst, group, tid = _names()
+    create_topic(broker.bootstrap, src, 1)
+    create_topic(broker.bootstrap, dst, 1)
+    meta = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group}).consumer_group_metadata()
+    p = _producer(broker.bootstrap, tid)
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(dst, value=b"aborted")
+    p.send_offsets_to_transaction([TopicPartition(src, 0, 5)], meta, 15)
+    assert _offset_fetch(broker, group, src, require_stable=True) == (-1, 88)  # UNSTABLE_OFFSET_COMMIT
+    assert _offset_fetch(broker, group, src, require_stable=False) == (-1, 0)
+    p.abort_transaction(15)
+    assert _offset_fetch(broker, group, src, require_stable=True) == (-1, 0)  # dropped with the output
+    p.begin_transaction()
+    p.produce(dst, value=b"committed")
+    p.send_offsets_to_transaction([TopicPartition(src, 0, 7)], meta, 15)
+    p.commit_transaction(15)
+    assert _offset_fetch(broker, group, src, require_stable=True) == (7, 0)
+    assert _read(broker.bootstrap, dst, 1, "read_committed", 1) == [b"committed"]
+
+
+def test_aborted_transaction_invisible_to_read_committed_only(broker: Rafka) -> None:
+    _src, dst, _group, tid = _names()
+    create_topic(broker.bootstrap, dst, 2)
+    p = _producer(broker.bootstrap, tid)
+    p.init_transactions(15)
+    for label, commit in (("c1", True), ("a1", False), ("c2", True)):
+        p.begin_transaction()
+        for i in range(6):
+            p.produce(dst, value=f"{label}-{i}".encode(), partition=i % 2)
+        if commit:
+            p.commit_transaction(15)
+        else:
+            p.flush(10)
+            p.abort_transaction(15)
+    committed = sorted(_read(broker.bootstrap, dst, 2, "read_committed", 12))
+    assert committed == sorted(f"{label}-{i}".encode() for label in ("c1", "c2") for i in range(6))
+    everything = _read(broker.bootstrap, dst, 2, "read_uncommitted", 18)
+    assert sorted(everything) == sorted(f"{label}-{i}".encode() for label in ("c1", "a1", "c2") for i in range(6))
+
+
+def test_second_producer_with_same_transactional_id_fences_the_first(broker: Rafka) -> None:
+    _src, dst, _group, tid = _names()
+    create_topic(broker.bootstrap, dst, 1)
+    first = _producer(broker.bootstrap, tid)
+    first.init_transactions(15)
+    first.begin_transaction()
+    first.produce(dst, value=b"zombie")
+    first.flush(10)
+    second = _producer(broker.bootstrap, tid)
+    second.init_transactions(15)  # fences the first and aborts its transaction
+    second.begin_transaction()
+    second.produce(dst, value=b"winner")
+    second.commit_transaction(15)
+    with pytest.raises(KafkaException) as info:
+        first.produce(dst, value=b"late")
+        first.commit_transaction(10)
+    err = info.value.args[0]
+    assert err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                         KafkaError.INVALID_PRODUCER_EPOCH), err
+    assert _read(broker.bootstrap, dst, 1, "read_committed", 1) == [b"winner"]
+    assert sorted(_read(broker.bootstrap, dst, 1, "read_uncommitted", 2)) == [b"winner", b"zombie"]
+
+
+def test_abandoned_transaction_times_out_and_stops_holding_back_readers(broker: Rafka) -> None:
+    _src, dst, _group, tid = _names()
+    create_topic(broker.bootstrap, dst, 1)
+    abandoned = _producer(broker.bootstrap, tid, **{"transaction.timeout.ms": 2000})
+    abandoned.init_transactions(15)
+    abandoned.begin_transaction()
+    abandoned.produce(dst, value=b"abandoned")
+    assert abandoned.flush(10) == 0
+    other = _producer(broker.bootstrap, f"{tid}-other")
+    other.init_transactions(15)
+    other.begin_transaction()
+    other.produce(dst, value=b"ok")
+    other.commit_transaction(15)  # behind the abandoned transaction: invisible until it ends
+    wait_for(lambda: _describe_state(broker, tid) == "CompleteAbort", 15, "the timed-out transaction aborted")
+    assert _read(broker.bootstrap, dst, 1, "read_committed", 1) == [b"ok"]
+    with pytest.raises(KafkaException):
+        abandoned.commit_transaction(10)
+
+
+def test_describe_and_list_transactions(broker: Rafka) -> None:
+    _src, dst, _group, tid = _names()
+    create_topic(broker.bootstrap, dst, 1)
+    p = _producer(broker.bootstrap, tid)
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(dst, value=b"x")
+    p.flush(10)
+    with RawClient("127.0.0.1", broker.port) as c:
+        desc = c.request(65, 0, {"transactional_ids": [tid, "no-such-txn"]})["transaction_states"]
+        assert desc[0]["transaction_state"] == "Ongoing"
+        assert [(t["topic"], list(t["partitions"])) for t in desc[0]["topics"]] == [(dst, [0])]
+        assert desc[1]["error_code"] == 105  # TRANSACTIONAL_ID_NOT_FOUND
+        listed = c.request(66, 1, {"state_filters": ["Ongoing"], "producer_id_filters": [],
+                                   "duration_filter": -1})["transaction_states"]
+        assert tid in [t["transactional_id"] for t in listed]
+        producers = c.request(61, 0, {"topics": [{"name": dst, "partition_indexes": [0]}]})["topics"][0]
+        [active] = producers["partitions"][0]["active_producers"]
+        assert (active["producer_id"], active["current_txn_start_offset"]) == (desc[0]["producer_id"], 0)
+    p.commit_transaction(15)
+    with RawClient("127.0.0.1", broker.port) as c:
+        desc = c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"]
+        assert desc[0]["transaction_state"] == "CompleteCommit"
+
+
+def test_kill_9_between_records_and_commit_leaves_nothing_visible(tmp_path: Path) -> None:
+    broker = Rafka(tmp_path / "data", shards=SHARDS).start()
+    try:
+        _src, dst, _group, tid = _names()
+        create_topic(broker.bootstrap, dst, 3)
+        p = _producer(broker.bootstrap, tid)
+        p.init_transactions(15)
+        p.begin_transaction()
+        for i in range(9):
+            p.produce(dst, value=f"lost-{i}".encode(), partition=i % 3)
+        assert p.flush(10) == 0  # the records are acknowledged (durable), the commit never comes
+        broker.kill_all()
+        del p
+        broker.start()
+        assert _read(broker.bootstrap, dst, 3, "read_committed", wait=3.0) == []
+        again = _producer(broker.bootstrap, tid)
+        again.init_transactions(20)  # fences the lost producer: its transaction is aborted everywhere
+        again.begin_transaction()
+        for i in range(3):
+            again.produce(dst, value=f"kept-{i}".encode(), partition=i)
+        again.commit_transaction(15)
+        assert sorted(_read(broker.bootstrap, dst, 3, "read_committed", 3)) == [b"kept-0", b"kept-1", b"kept-2"]
+        assert len(_read(broker.bootstrap, dst, 3, "read_uncommitted", 12)) == 12
+    finally:
+        broker.stop()
+
+
+def test_kill_9_of_a_participant_shard_mid_commit_still_commits_everywhere(tmp_path: Path) -> None:
+    broker = Rafka(tmp_path / "data", shards=SHARDS).start()
+    try:
+        _src, dst, _group, tid = _names()
+        create_topic(broker.bootstrap, dst, 6)
+        p = _producer(broker.bootstrap, tid)
+        p.init_transactions(15)
+        p.begin_transaction()
+        for i in range(12):
+            p.produce(dst, value=f"v{i}".encode(), partition=i % 6)
+        assert p.flush(10) == 0
+        victim = _shard_of_partition(dst, 0)
+        assert victim != _shard_of_key(tid)
+        os.kill(broker.children()[f"rafka-shard-{victim}"], signal.SIGKILL)
+        p.commit_transaction(30)  # the decision is durable; the missing markers follow the restart
+        got = _read(broker.bootstrap, dst, 6, "read_committed", 12)
+        assert sorted(got) == sorted(f"v{i}".encode() for i in range(12))
+        wait_for(lambda: _describe_state(broker, tid) == "CompleteCommit", 20, "transaction completed")
+    finally:
+        broker.stop()
+
+
+def test_kill_9_of_the_broker_mid_commit_finishes_the_commit_after_restart(tmp_path: Path) -> None:
+    """The commit is decided (PrepareCommit durable) and some markers are written when the whole
+    broker dies; after the restart the sweeper writes the rest, and every record becomes visible."""
+    broker = Rafka(tmp_path / "data", shards=SHARDS).start()
+    try:
+        _src, dst, _group, tid = _names()
+        create_topic(broker.bootstrap, dst, 6)
+        p = _producer(broker.bootstrap, tid)
+        p.init_transactions(15)
+        p.begin_transaction()
+        for i in range(12):
+            p.produce(dst, value=f"v{i}".encode(), partition=i % 6)
+        assert p.flush(10) == 0
+        victim = _shard_of_partition(dst, 0)
+        os.kill(broker.children()[f"rafka-shard-{victim}"], signal.SIGSTOP)  # its markers cannot be written
+        committer = threading.Thread(target=lambda: _try(p.commit_transaction, 10), daemon=True)
+        committer.start()
+        wait_for(lambda: _describe_state(broker, tid) == "PrepareCommit", 10, "the commit decided")
+        broker.kill_all()  # mid-commit: decided, markers written on some shards only
+        broker.start()
+        got = _read(broker.bootstrap, dst, 6, "read_committed", 12)
+        assert sorted(got) == sorted(f"v{i}".encode() for i in range(12))
+        wait_for(lambda: _describe_state(broker, tid) == "CompleteCommit", 20, "transaction completed")
+        committer.join(15)
+    finally:
+        broker.stop()
+
+
+def _try(fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except KafkaException:
+        pass
+
+
+def _describe_state(broker: Rafka, tid: str) -> str:
+    with RawClient("127.0.0.1", broker.port) as c:
+        return str(c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"][0]["transaction_state"])

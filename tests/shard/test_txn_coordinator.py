@@ -1,0 +1,192 @@
+"""The transaction coordinator's state machine, driven by hand with a fake clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rafka.shard.log.producers import ProducerIdManager
+from rafka.shard.records import Record, RecordType
+from rafka.shard.txn.coordinator import Errors, TransactionCoordinator
+from rafka.shard.txn.state import IllegalStateTransition, TransactionMetadata, TransactionState
+from tests.shard.test_groups_context import roundtrip
+
+ORG = "org-a"
+T0 = 1_000_000
+
+
+class TxnCtx:
+    """A coordinator, its producer-id allocator (shard 3), a clock and the records written."""
+
+    def __init__(self) -> None:
+        self.ids = ProducerIdManager(3)
+        self.coord = TransactionCoordinator(self.ids.peek, self.ids.observe)
+        self.now = T0
+        self.log: list[Record] = []
+
+    def call(self, handler: str, **op: Any) -> dict[str, Any]:
+        records, resp = getattr(self.coord, handler)(ORG, op, self.now)
+        self.write(records)
+        return resp
+
+    def write(self, records: list[Record]) -> None:
+        for r in records:
+            r = roundtrip(r)  # exactly what the WAL gives back
+            assert r.type == RecordType.TXN_METADATA
+            self.coord.replay(r)
+            self.log.append(r)
+
+    def sweep(self, min_age_ms: int = 0) -> list[dict[str, Any]]:
+        records, resp = self.coord.sweep({"min_age_ms": min_age_ms}, self.now)
+        self.write(records)
+        return resp["complete"]
+
+    def state(self, tid: str = "tx") -> str:
+        return self.coord.txns[(ORG, tid)].state.value
+
+    # shortcuts ----------------------------------------------------------
+    def init(self, tid: str = "tx", timeout: int = 60_000, **kw: Any) -> dict[str, Any]:
+        return self.call("init_producer_id", transactional_id=tid, transaction_timeout_ms=timeout, **kw)
+
+    def add(self, pid: int, epoch: int, *parts: tuple[str, int], tid: str = "tx") -> dict[str, Any]:
+        return self.call("add_partitions", transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                         partitions=[list(p) for p in parts])
+
+    def end(self, pid: int, epoch: int, committed: bool, tid: str = "tx") -> dict[str, Any]:
+        return self.call("end_txn", transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=committed)
+
+    def complete(self, c: dict[str, Any]) -> dict[str, Any]:
+        return self.call("complete_txn", **{k: c[k] for k in ("transactional_id", "producer_id", "producer_epoch",
+                                                             "committed")})
+
+
+def test_init_allocates_an_id_and_each_init_bumps_the_epoch() -> None:
+    ctx = TxnCtx()
+    first = ctx.init()
+    assert first == {"error_code": 0, "producer_id": 3, "producer_epoch": 0}  # (counter 0 << 10) | shard 3
+    assert ctx.init() == {"error_code": 0, "producer_id": 3, "producer_epoch": 1}
+    assert ctx.init("other")["producer_id"] == (1 << 10) | 3  # ids stay unique per shard
+    assert ctx.state() == "Empty"
+
+
+def test_invalid_timeout_is_refused() -> None:
+    ctx = TxnCtx()
+    assert ctx.init(timeout=0)["error_code"] == Errors.INVALID_TRANSACTION_TIMEOUT
+    assert ctx.init(timeout=900_001)["error_code"] == Errors.INVALID_TRANSACTION_TIMEOUT
+    assert ctx.log == []
+
+
+def test_commit_prepares_with_every_participant_then_completes() -> None:
+    ctx = TxnCtx()
+    pid = ctx.init()["producer_id"]
+    assert ctx.add(pid, 0, ("out", 0), ("out", 1))["error_code"] == 0
+    assert ctx.state() == "Ongoing" and ctx.coord.txns[(ORG, "tx")].start_ms == T0
+    assert ctx.call("add_offsets", transactional_id="tx", producer_id=pid, producer_epoch=0,
+                    group_id="g")["error_code"] == 0
+    n = len(ctx.log)
+    assert ctx.add(pid, 0, ("out", 1))["error_code"] == 0 and len(ctx.log) == n  # nothing new: no record
+    ctx.now += 10
+    resp = ctx.end(pid, 0, True)
+    assert resp["error_code"] == 0 and ctx.state() == "PrepareCommit"
+    assert resp["complete"] == {"org_id": ORG, "transactional_id": "tx", "producer_id": pid, "producer_epoch": 0,
+                                "committed": True, "partitions": [["out", 0], ["out", 1]], "groups": ["g"]}
+    assert ctx.end(pid, 0, True)["complete"] == resp["complete"]  # a retry re-drives the markers
+    assert ctx.end(pid, 0, False)["error_code"] == Errors.INVALID_TXN_STATE
+    assert ctx.add(pid, 0, ("out", 2))["error_code"] == Errors.CONCURRENT_TRANSACTIONS
+    assert ctx.init()["error_code"] == Errors.CONCURRENT_TRANSACTIONS
+    ctx.complete(resp["complete"])
+    meta = ctx.coord.txns[(ORG, "tx")]
+    assert meta.state is TransactionState.COMPLETE_COMMIT and meta.partitions == () and meta.groups == ()
+    assert ctx.end(pid, 0, True) == {"error_code": 0}  # retried EndTxn after completion
+    assert ctx.end(pid, 0, False)["error_code"] == Errors.INVALID_TXN_STATE
+    n = len(ctx.log)
+    ctx.complete(resp["complete"])  # a repeated completion is a no-op
+    assert len(ctx.log) == n
+    assert ctx.add(pid, 0, ("out", 3))["error_code"] == 0 and ctx.state() == "Ongoing"  # next transaction
+
+
+def test_abort_and_wrong_producer() -> None:
+    ctx = TxnCtx()
+    pid = ctx.init()["producer_id"]
+    assert ctx.add(pid + 1, 0, ("t", 0))["error_code"] == Errors.INVALID_PRODUCER_ID_MAPPING
+    assert ctx.add(pid, 7, ("t", 0))["error_code"] == Errors.PRODUCER_FENCED
+    assert ctx.end(pid, 0, False)["error_code"] == Errors.INVALID_TXN_STATE  # nothing open
+    ctx.add(pid, 0, ("t", 0))
+    resp = ctx.end(pid, 0, False)
+    assert ctx.state() == "PrepareAbort" and resp["complete"]["committed"] is False
+    ctx.complete(resp["complete"])
+    assert ctx.state() == "CompleteAbort"
+
+
+def test_a_new_producer_fences_the_ongoing_transaction_of_the_old_one() -> None:
+    ctx = TxnCtx()
+    pid = ctx.init()["producer_id"]
+    ctx.add(pid, 0, ("t", 0))
+    fence = ctx.init()
+    assert fence["error_code"] == Errors.CONCURRENT_TRANSACTIONS
+    assert fence["complete"]["committed"] is False and fence["complete"]["producer_epoch"] == 1
+    assert ctx.state() == "PrepareAbort"
+    assert ctx.end(pid, 0, True)["error_code"] == Errors.PRODUCER_FENCED  # the zombie cannot commit
+    ctx.complete(fence["complete"])
+    assert ctx.init() == {"error_code": 0, "producer_id": pid, "producer_epoch": 2}
+    assert ctx.init(producer_id=pid, producer_epoch=0)["error_code"] == Errors.PRODUCER_FENCED  # KIP-360 zombie
+
+
+def test_timeout_aborts_an_abandoned_transaction_with_an_epoch_bump() -> None:
+    ctx = TxnCtx()
+    pid = ctx.init(timeout=5_000)["producer_id"]
+    ctx.add(pid, 0, ("t", 0))
+    ctx.now += 5_000
+    assert ctx.sweep() == []  # not yet past the timeout
+    ctx.now += 1
+    [complete] = ctx.sweep()
+    assert complete["committed"] is False and complete["producer_epoch"] == 1 and complete["partitions"] == [["t", 0]]
+    assert ctx.state() == "PrepareAbort"
+    assert ctx.end(pid, 0, True)["error_code"] == Errors.PRODUCER_FENCED
+    assert ctx.sweep(min_age_ms=2_000) == []  # prepared just now: EndTxn may still be finishing it
+    ctx.now += 2_000
+    assert ctx.sweep(min_age_ms=2_000) == [complete]  # left prepared (a crash): the sweeper finishes it
+    ctx.complete(complete)
+    # KIP-360: the timed-out producer may re-initialise with its old epoch
+    assert ctx.init(timeout=5_000, producer_id=pid, producer_epoch=0) == {
+        "error_code": 0, "producer_id": pid, "producer_epoch": 2}
+
+
+def test_replaying_the_log_rebuilds_the_same_state_and_allocator() -> None:
+    ctx = TxnCtx()
+    pid = ctx.init()["producer_id"]
+    ctx.init("b")
+    ctx.add(pid, 0, ("t", 0))
+    ctx.end(pid, 0, True)
+    fresh = TxnCtx()
+    for r in ctx.log:
+        fresh.coord.replay(r)
+    assert fresh.coord.txns == ctx.coord.txns
+    assert fresh.ids.peek() == ctx.ids.peek() == (2 << 10) | 3
+    assert fresh.sweep()[0]["committed"] is True  # the prepared commit survives a restart
+
+
+def test_describe_and_list() -> None:
+    ctx = TxnCtx()
+    pid = ctx.init()["producer_id"]
+    ctx.init("idle")
+    ctx.add(pid, 0, ("t", 1), ("t", 0), ("u", 0))
+    [d, missing] = ctx.coord.describe(ORG, {"transactional_ids": ["tx", "nope"]})["transaction_states"]
+    assert d["transaction_state"] == "Ongoing" and d["transaction_start_time"] == T0
+    assert d["topics"] == [{"topic": "t", "partitions": [1, 0]}, {"topic": "u", "partitions": [0]}]
+    assert missing["error_code"] == Errors.TRANSACTIONAL_ID_NOT_FOUND
+    listed = ctx.coord.list(ORG, {"state_filters": ["Ongoing"]}, ctx.now)["transaction_states"]
+    assert listed == [{"transactional_id": "tx", "producer_id": pid, "transaction_state": "Ongoing"}]
+    assert len(ctx.coord.list(ORG, {}, ctx.now)["transaction_states"]) == 2
+    assert ctx.coord.list("other-org", {}, ctx.now)["transaction_states"] == []
+    ctx.now += 100
+    recent = ctx.coord.list(ORG, {"duration_filter": 100}, ctx.now)["transaction_states"]
+    assert [t["transactional_id"] for t in recent] == ["idle"]  # Ongoing for only 100 ms: filtered out
+
+
+def test_transition_table_refuses_illegal_moves() -> None:
+    meta = TransactionMetadata("tx", 1, 0, 1000)
+    with pytest.raises(IllegalStateTransition):
+        meta.transition_to(TransactionState.PREPARE_COMMIT, 0)
+    assert meta.transition_to(TransactionState.ONGOING, 5).state is TransactionState.ONGOING
