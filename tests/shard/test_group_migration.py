@@ -181,3 +181,30 @@ def test_refusals_and_topic_requests() -> None:
     assert ctx.call("leave_group", {"group_id": "h", "members": [{"member_id": "y"}, {"member_id": "q"}]}) \
         ["members"][1]["error_code"] == Errors.UNKNOWN_MEMBER_ID
     assert "y" not in ctx.cgroup("h").members
+
+
+def test_fenced_consumer_member_downgrades_the_group() -> None:
+    ctx = Ctx()
+    a, b, gen = classic_stable(ctx)
+    ctx.hb("m1", 0, ["t"])
+    for _ in range(6):  # the classic members keep heartbeating, m1 goes silent
+        ctx.sleep(9_000)
+        for member_id in (a, b):
+            error = ctx.call("heartbeat", {"group_id": "g", "member_id": member_id, "generation_id": gen}).error
+            # told to rejoin; once downgraded (generation = group epoch) ILLEGAL_GENERATION also means rejoin
+            assert error in (Errors.REBALANCE_IN_PROGRESS, Errors.ILLEGAL_GENERATION)
+    assert ctx.cgroup() is None and set(ctx.group().members) == {a, b}
+    assert ctx.state() == "PreparingRebalance"
+
+
+def test_static_classic_member_restarts_in_a_consumer_group() -> None:
+    ctx = Ctx()
+    ctx.hb("m1", 0, ["t"])
+    j = classic_join(ctx, "", instance_id="i1")
+    first = j["member_id"]
+    assert j.error == 0 and ctx.cgroup().static_members == {"i1": first}
+    j2 = classic_join(ctx, "", instance_id="i1")  # restarted: unknown member id, same instance id
+    assert j2.error == 0 and j2["member_id"] != first and ctx.cgroup().static_members == {"i1": j2["member_id"]}
+    assert ctx.call("heartbeat", {"group_id": "g", "member_id": first, "generation_id": j["generation_id"],
+                                  "group_instance_id": "i1"}).error == Errors.FENCED_INSTANCE_ID
+    assert classic_join(ctx, first, instance_id="i1").error == Errors.FENCED_INSTANCE_ID

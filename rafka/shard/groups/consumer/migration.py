@@ -167,8 +167,12 @@ class MigrationMixin:
     def validate_online_downgrade_with_fenced_member(self, group: ConsumerGroup, member_id: str) -> bool:
         """Kafka's validateOnlineDowngradeWithFencedMember."""
         others = [m for m in group.members.values() if m.member_id != member_id]
-        return (bool(others) and all(m.uses_classic_protocol for m in others)
-                and len(others) <= self.config.max_size)
+        if not others or not all(m.uses_classic_protocol for m in others) or len(others) > self.config.max_size:
+            return False
+        common = set(others[0].classic_protocol_names())
+        for m in others[1:]:
+            common &= set(m.classic_protocol_names())
+        return bool(common)  # the classic group needs a protocol every member supports
 
     def convert_to_classic_group(self, group: ConsumerGroup, leaving_id: str, now_ms: int,
                                  records: list[Record]) -> None:
