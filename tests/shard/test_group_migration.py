@@ -187,12 +187,14 @@ def test_fenced_consumer_member_downgrades_the_group() -> None:
     ctx = Ctx()
     a, b, gen = classic_stable(ctx)
     ctx.hb("m1", 0, ["t"])
+    rejoin_until_stable(ctx, a)
+    rejoin_until_stable(ctx, b)
+    epoch = ctx.cgroup().members[a].member_epoch
     for _ in range(6):  # the classic members keep heartbeating, m1 goes silent
         ctx.sleep(9_000)
         for member_id in (a, b):
-            error = ctx.call("heartbeat", {"group_id": "g", "member_id": member_id, "generation_id": gen}).error
-            # told to rejoin; once downgraded (generation = group epoch) ILLEGAL_GENERATION also means rejoin
-            assert error in (Errors.REBALANCE_IN_PROGRESS, Errors.ILLEGAL_GENERATION)
+            error = ctx.call("heartbeat", {"group_id": "g", "member_id": member_id, "generation_id": epoch}).error
+            assert error in (Errors.NONE, Errors.REBALANCE_IN_PROGRESS)  # rejoin once downgraded
     assert ctx.cgroup() is None and set(ctx.group().members) == {a, b}
     assert ctx.state() == "PreparingRebalance"
 
@@ -208,3 +210,18 @@ def test_static_classic_member_restarts_in_a_consumer_group() -> None:
     assert ctx.call("heartbeat", {"group_id": "g", "member_id": first, "generation_id": j["generation_id"],
                                   "group_instance_id": "i1"}).error == Errors.FENCED_INSTANCE_ID
     assert classic_join(ctx, first, instance_id="i1").error == Errors.FENCED_INSTANCE_ID
+
+
+def test_classic_member_that_does_not_rejoin_or_sync_is_fenced() -> None:
+    ctx = Ctx()
+    a, b, gen = classic_stable(ctx)
+    ctx.hb("m1", 0, ["t"])
+    assert ctx.call("heartbeat", {"group_id": "g", "member_id": a, "generation_id": gen}).error == \
+        Errors.REBALANCE_IN_PROGRESS
+    j = classic_join(ctx, b, {"t": [3, 4, 5]})  # b rejoins but never syncs; a never rejoins
+    for _ in range(4):
+        ctx.sleep(8_000)
+        ctx.call("heartbeat", {"group_id": "g", "member_id": a, "generation_id": gen})
+        ctx.call("heartbeat", {"group_id": "g", "member_id": b, "generation_id": j["generation_id"]})
+        ctx.hb("m1", ctx.cgroup().members["m1"].member_epoch, None)
+    assert set(ctx.cgroup().members) == {"m1"}

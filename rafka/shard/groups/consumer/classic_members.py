@@ -19,12 +19,16 @@ assignor decides for them, as in Kafka:
   waits for were released; generation must equal the member epoch.
 * **LeaveGroup** removes the members like a fence (group epoch bump).
 
-A classic member's session timeout is its JoinGroup session timeout. Topic
-metadata: the gateway resolves what the handler asks for (``NeedTopics``).
+A classic member's session timeout is its JoinGroup session timeout. As in
+Kafka, a member told to rejoin (REBALANCE_IN_PROGRESS) must JoinGroup within its
+rebalance timeout, and a member that joined must SyncGroup within it, or it is
+fenced like a KIP-848 member (which may downgrade the group). Topic metadata:
+the gateway resolves what the handler asks for (``NeedTopics``).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from rafka.protocol.consumer_protocol import encode_assignment, parse_subscription
@@ -43,6 +47,16 @@ from rafka.shard.groups.core import Respond
 from rafka.shard.groups.errors import Errors
 from rafka.shard.groups.record_helpers import CONSUMER_PROTOCOL_TYPE
 from rafka.shard.records import Record
+
+log = logging.getLogger("rafka.shard.groups.consumer")
+
+
+def join_deadline_key(org_id: str, group_id: str, member_id: str) -> str:
+    return repr(("cg-classic-join", org_id, group_id, member_id))
+
+
+def sync_deadline_key(org_id: str, group_id: str, member_id: str) -> str:
+    return repr(("cg-classic-sync", org_id, group_id, member_id))
 
 
 def _protocols(op: dict[str, Any]) -> list[list[Any]]:
@@ -63,6 +77,8 @@ class ClassicMembersMixin:
     """JoinGroup / SyncGroup / Heartbeat / LeaveGroup of classic members of a consumer group."""
 
     config: Any
+    timer: Any
+    _join_deadlines: set[str]
     if TYPE_CHECKING:
         def group(self, org_id: str, group_id: str) -> ConsumerGroup | None: ...
         def _ensure_loaded(self, now_ms: int) -> None: ...
@@ -77,6 +93,42 @@ class ClassicMembersMixin:
         def _replace_static_member(self, group: ConsumerGroup, old: ConsumerMember, new_id: str,
                                    records: list[Record]) -> ConsumerMember: ...
         def _new_member_uuid(self) -> str: ...
+        def _fence_member(self, group: ConsumerGroup, member_id: str, now_ms: int, records: list[Record]) -> None: ...
+
+    # ----------------------------------------------------------- deadlines
+    def _schedule_join_deadline_if_absent(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """Kafka's scheduleConsumerGroupJoinTimeoutIfAbsent: rejoin within the rebalance timeout."""
+        key = join_deadline_key(group.org_id, group.group_id, member.member_id)
+        if key not in self._join_deadlines:
+            self._join_deadlines.add(key)
+            self._schedule_deadline(group, member, key, "rejoin")
+
+    def _schedule_sync_deadline(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """Kafka's scheduleConsumerGroupSyncTimeout: SyncGroup within the rebalance timeout."""
+        self._schedule_deadline(group, member, sync_deadline_key(group.org_id, group.group_id, member.member_id),
+                                "sync")
+
+    def _schedule_deadline(self, group: ConsumerGroup, member: ConsumerMember, key: str, what: str) -> None:
+        org_id, group_id, member_id = group.org_id, group.group_id, member.member_id
+
+        def fire(now_ms: int) -> list[Record]:
+            self._join_deadlines.discard(key)
+            current = self.group(org_id, group_id)
+            if current is None or member_id not in current.members:
+                return []
+            log.info("consumer group %s/%s: classic member %s fenced (did not %s in time)",
+                     org_id, group_id, member_id, what)
+            records: list[Record] = []
+            self._fence_member(current, member_id, now_ms, records)
+            return records
+
+        self.timer.schedule(key, member.rebalance_timeout_ms, fire)
+
+    def _cancel_classic_deadlines(self, group: ConsumerGroup, member_id: str) -> None:
+        key = join_deadline_key(group.org_id, group.group_id, member_id)
+        self._join_deadlines.discard(key)
+        self.timer.cancel(key)
+        self.timer.cancel(sync_deadline_key(group.org_id, group.group_id, member_id))
 
     # ---------------------------------------------------------------- join
     def classic_group_join(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
@@ -152,6 +204,10 @@ class ClassicMembersMixin:
         current = group.members[member_id]
         updated = self._reconcile(group, current, names_to_ids(group, sub.owned_partitions))
         self._apply_reconciliation(group, current, updated, records)
+        key = join_deadline_key(group.org_id, group.group_id, member_id)
+        self._join_deadlines.discard(key)
+        self.timer.cancel(key)
+        self._schedule_sync_deadline(group, updated)
         return {"error_code": Errors.NONE, "generation_id": updated.member_epoch,
                 "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_name": protocols[0][0], "leader": "",
                 "skip_assignment": False, "member_id": member_id, "members": []}
@@ -194,10 +250,12 @@ class ClassicMembersMixin:
                     or op.get("protocol_name") not in (None, protocol_name)):
                 raise RequestError(Errors.INCONSISTENT_GROUP_PROTOCOL)
             if group.group_epoch > member.member_epoch and member.state != UNREVOKED_PARTITIONS:
+                self._schedule_join_deadline_if_absent(group, member)
                 raise RequestError(Errors.REBALANCE_IN_PROGRESS)
         except RequestError as exc:
             respond(sync_error(exc.code))
             return []
+        self.timer.cancel(sync_deadline_key(group.org_id, group.group_id, member.member_id))
         self._schedule_session(group, member.member_id)
         sub = parse_subscription((member.classic or {})["protocols"][0][1])
         assignment = encode_assignment(ids_to_names(group, member.assigned), sub.version if sub else 0)
@@ -222,6 +280,8 @@ class ClassicMembersMixin:
         self._schedule_session(group, member.member_id)
         rejoin = (member.member_epoch < group.group_epoch or member.state == UNREVOKED_PARTITIONS
                   or (member.state == UNRELEASED_PARTITIONS and not waiting_on_unreleased_partition(group, member)))
+        if rejoin:
+            self._schedule_join_deadline_if_absent(group, member)
         respond({"error_code": Errors.REBALANCE_IN_PROGRESS if rejoin else Errors.NONE})
         return []
 

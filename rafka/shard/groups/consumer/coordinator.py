@@ -111,6 +111,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
             lambda: str(uuid.uuid4()))
         self._new_group_uid = new_group_uid or getattr(classic, "_new_group_uid", None) or mint_group_uid
         self.groups: dict[tuple[str, str], ConsumerGroup] = {}
+        self._join_deadlines: set[str] = set()  # armed rejoin deadlines of classic members (soft state)
         self.loading = True
         if classic is not None:
             classic.consumer = self
@@ -202,6 +203,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
     def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
         self.timer.cancel(session_key(group.org_id, group.group_id, member_id))
         self.timer.cancel(revocation_key(group.org_id, group.group_id, member_id))
+        self._cancel_classic_deadlines(group, member_id)
 
     def _expire(self, org_id: str, group_id: str, member_id: str, revoking_epoch: int | None,
                 now_ms: int) -> list[Record]:
