@@ -8,8 +8,10 @@ empty groups convert both ways; committed offsets are kept throughout.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,3 +127,28 @@ def test_empty_groups_convert_both_ways(broker: Rafka) -> None:
         assert got == list(range(n * 12, n * 12 + 12)), got  # resumed exactly at the committed offsets
         seen += got
     assert committed(broker.bootstrap, group, topic) == {p: 6 for p in range(PARTITIONS)}
+
+
+def test_mixed_group_survives_broker_restart(tmp_path: Path) -> None:
+    broker = Rafka(tmp_path / "data", extra=["--consumer-group-heartbeat-interval-ms", "300"]).start()
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    members: list[Member] = []
+    try:
+        create_topic(broker.bootstrap, topic, PARTITIONS)
+        members.append(Member(broker.bootstrap, group, topic, **{**CLASSIC, "session.timeout.ms": 20000}))
+        wait_for(lambda: len(members[0].assigned) == PARTITIONS, 30, "classic member assigned")
+        members.append(Member(broker.bootstrap, group, topic))
+        wait_for(lambda: disjoint_cover(members) and len(members[1].assigned) == 3, 30, "mixed-group assignment")
+        time.sleep(1)
+        before = [(set(m.assigned), len(m.events)) for m in members]
+        port = broker.port
+        broker.kill_all()
+        broker.port = port
+        broker.start()
+        time.sleep(4)  # several heartbeats of both protocols against the recovered coordinator
+        assert group_type(broker.bootstrap, group) == "consumer"
+        assert [(set(m.assigned), len(m.events)) for m in members] == before, "no rebalance after recovery"
+    finally:
+        for m in members:
+            m.close()
+        broker.stop()
