@@ -225,3 +225,22 @@ def test_classic_member_that_does_not_rejoin_or_sync_is_fenced() -> None:
         ctx.call("heartbeat", {"group_id": "g", "member_id": b, "generation_id": j["generation_id"]})
         ctx.hb("m1", ctx.cgroup().members["m1"].member_epoch, None)
     assert set(ctx.cgroup().members) == {"m1"}
+
+
+def test_classic_static_member_replacing_the_last_consumer_member_downgrades() -> None:
+    ctx = Ctx()
+    a, b, gen = classic_stable(ctx)
+    ctx.hb("s1", 0, ["t"], instance_id="i1")
+    rejoin_until_stable(ctx, a)
+    rejoin_until_stable(ctx, b)
+    g = ctx.cgroup()
+    ctx.hb("s1", g.members["s1"].member_epoch, None, owned={}, instance_id="i1")
+    target = g.target["s1"]
+    assert ctx.hb("s1", -2, None, instance_id="i1").error == 0  # restarting (static: keeps its partitions)
+    j = classic_join(ctx, "", instance_id="i1")  # ... as a classic consumer
+    assert j.error == 0 and ctx.cgroup() is None
+    classic = ctx.group()
+    assert ctx.state() == "Stable" and set(classic.members) == {a, b, j["member_id"]}
+    assert j["generation_id"] == classic.generation_id
+    s = ctx.call("sync_group", sync_op("g", j["member_id"], j["generation_id"], instance_id="i1"))
+    assert s.error == 0 and parse_assignment(s["assignment"]) == {"t": target[T1]}

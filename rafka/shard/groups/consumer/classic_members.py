@@ -94,6 +94,9 @@ class ClassicMembersMixin:
                                    records: list[Record]) -> ConsumerMember: ...
         def _new_member_uuid(self) -> str: ...
         def _fence_member(self, group: ConsumerGroup, member_id: str, now_ms: int, records: list[Record]) -> None: ...
+        def validate_online_downgrade_with_replaced_member(self, group: ConsumerGroup, replaced_id: str) -> bool: ...
+        def convert_to_classic_group(self, group: ConsumerGroup, leaving_id: str | None, now_ms: int,
+                                     records: list[Record], *, rebalance: bool = True) -> Any: ...
 
     # ----------------------------------------------------------- deadlines
     def _schedule_join_deadline_if_absent(self, group: ConsumerGroup, member: ConsumerMember) -> None:
@@ -136,7 +139,7 @@ class ClassicMembersMixin:
         self._ensure_loaded(now_ms)
         records: list[Record] = []
         try:
-            response = self._classic_group_join(org_id, op, records)
+            response = self._classic_group_join(org_id, op, now_ms, records)
         except NeedTopics as exc:
             response = join_error(op.get("member_id") or "", Errors.NONE) | {"need_topics": exc.names}
         except RequestError as exc:
@@ -144,7 +147,8 @@ class ClassicMembersMixin:
         respond(response)
         return records
 
-    def _classic_group_join(self, org_id: str, op: dict[str, Any], records: list[Record]) -> dict[str, Any]:
+    def _classic_group_join(self, org_id: str, op: dict[str, Any], now_ms: int,
+                            records: list[Record]) -> dict[str, Any]:
         group = self.group(org_id, op["group_id"])
         assert group is not None
         member_id = op.get("member_id") or ""
@@ -207,8 +211,17 @@ class ClassicMembersMixin:
         key = join_deadline_key(group.org_id, group.group_id, member_id)
         self._join_deadlines.discard(key)
         self.timer.cancel(key)
-        self._schedule_sync_deadline(group, updated)
-        return {"error_code": Errors.NONE, "generation_id": updated.member_epoch,
+        generation = updated.member_epoch
+        if static_id is not None and static_id != member_id and \
+                self.validate_online_downgrade_with_replaced_member(group, static_id):
+            # the last consumer-protocol (static) member was replaced by this classic one: downgrade,
+            # without a rebalance; the member syncs against the classic group's generation
+            log.info("consumer group %s/%s: downgraded to a classic group (static member %s replaced)",
+                     org_id, op["group_id"], static_id)
+            generation = self.convert_to_classic_group(group, None, now_ms, records, rebalance=False).generation_id
+        else:
+            self._schedule_sync_deadline(group, updated)
+        return {"error_code": Errors.NONE, "generation_id": generation,
                 "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_name": protocols[0][0], "leader": "",
                 "skip_assignment": False, "member_id": member_id, "members": []}
 

@@ -169,15 +169,28 @@ class MigrationMixin:
         others = [m for m in group.members.values() if m.member_id != member_id]
         if not others or not all(m.uses_classic_protocol for m in others) or len(others) > self.config.max_size:
             return False
+        return self._common_protocol(group, member_id)  # the classic group needs a protocol all support
+
+    def validate_online_downgrade_with_replaced_member(self, group: ConsumerGroup, replaced_id: str) -> bool:
+        """Kafka's validateOnlineDowngradeWithReplacedMemberId: a classic static member replaces the
+        last consumer-protocol member (checked after the replacement, so every member is classic)."""
+        return (all(m.uses_classic_protocol for m in group.members.values() if m.member_id != replaced_id)
+                and 0 < len(group.members) <= self.config.max_size and self._common_protocol(group, replaced_id))
+
+    def _common_protocol(self, group: ConsumerGroup, except_id: str) -> bool:
+        others = [m for m in group.members.values() if m.member_id != except_id]
+        if not others:
+            return False
         common = set(others[0].classic_protocol_names())
         for m in others[1:]:
             common &= set(m.classic_protocol_names())
-        return bool(common)  # the classic group needs a protocol every member supports
+        return bool(common)
 
-    def convert_to_classic_group(self, group: ConsumerGroup, leaving_id: str, now_ms: int,
-                                 records: list[Record]) -> None:
+    def convert_to_classic_group(self, group: ConsumerGroup, leaving_id: str | None, now_ms: int,
+                                 records: list[Record], *, rebalance: bool = True) -> Any:
         """Replace the consumer group by a classic group of its remaining (classic) members, then
-        rebalance it so they rejoin."""
+        rebalance it so they rejoin (unless a static member was just replaced: ``rebalance=False``).
+        Returns the live classic group."""
         org_id, group_id = group.key
         remaining = [m for m in group.members.values() if m.member_id != leaving_id]
         value = {"uid": group.uid, "protocol_type": "consumer", "generation": group.group_epoch,
@@ -210,7 +223,9 @@ class MigrationMixin:
         classic = self.classic._group(org_id, group_id)  # live from now on
         for cm in classic.members.values():
             self.classic._reschedule_heartbeat(classic, cm)
-        records.extend(self.classic._prepare_rebalance(classic, now_ms))
+        if rebalance:
+            records.extend(self.classic._prepare_rebalance(classic, now_ms))
+        return classic
 
 
 def _not_upgradable(group_id: str) -> Exception:
