@@ -116,7 +116,7 @@ def test_empty_groups_convert_both_ways(broker: Rafka) -> None:
         produce(broker.bootstrap, topic, range(n * 12, n * 12 + 12))
         x = Member(broker.bootstrap, group, topic, **conf)
         try:
-            wait_for(lambda: len(x.records) >= 12, 30, f"round {n}")
+            wait_for(lambda x=x: len(x.records) >= 12, 30, f"round {n}")  # type: ignore[misc]
             x.stop_polling()
             x.c.commit(asynchronous=False)
             want = "consumer" if conf is not CLASSIC else "classic"

@@ -92,7 +92,7 @@ def test_upgrade_keeps_members_assignments_uid_and_offsets() -> None:
 
 def test_downgrade_when_last_consumer_member_leaves() -> None:
     ctx = Ctx()
-    a, b, gen = classic_stable(ctx)
+    a, b, _ = classic_stable(ctx)
     uid = ctx.group().uid
     ctx.hb("m1", 0, ["t"])
     rejoin_until_stable(ctx, a)
@@ -185,7 +185,7 @@ def test_refusals_and_topic_requests() -> None:
 
 def test_fenced_consumer_member_downgrades_the_group() -> None:
     ctx = Ctx()
-    a, b, gen = classic_stable(ctx)
+    a, b, _ = classic_stable(ctx)
     ctx.hb("m1", 0, ["t"])
     rejoin_until_stable(ctx, a)
     rejoin_until_stable(ctx, b)
@@ -229,7 +229,7 @@ def test_classic_member_that_does_not_rejoin_or_sync_is_fenced() -> None:
 
 def test_classic_static_member_replacing_the_last_consumer_member_downgrades() -> None:
     ctx = Ctx()
-    a, b, gen = classic_stable(ctx)
+    a, b, _ = classic_stable(ctx)
     ctx.hb("s1", 0, ["t"], instance_id="i1")
     rejoin_until_stable(ctx, a)
     rejoin_until_stable(ctx, b)

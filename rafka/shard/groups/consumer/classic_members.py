@@ -29,6 +29,7 @@ the gateway resolves what the handler asks for (``NeedTopics``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rafka.protocol.consumer_protocol import encode_assignment, parse_subscription
@@ -79,6 +80,7 @@ class ClassicMembersMixin:
     config: Any
     timer: Any
     _join_deadlines: set[str]
+    _new_member_uuid: Callable[[], str]
     if TYPE_CHECKING:
         def group(self, org_id: str, group_id: str) -> ConsumerGroup | None: ...
         def _ensure_loaded(self, now_ms: int) -> None: ...
@@ -92,7 +94,6 @@ class ClassicMembersMixin:
         def _remove_member(self, group: ConsumerGroup, member_id: str, records: list[Record]) -> None: ...
         def _replace_static_member(self, group: ConsumerGroup, old: ConsumerMember, new_id: str,
                                    records: list[Record]) -> ConsumerMember: ...
-        def _new_member_uuid(self) -> str: ...
         def _fence_member(self, group: ConsumerGroup, member_id: str, now_ms: int, records: list[Record]) -> None: ...
         def validate_online_downgrade_with_replaced_member(self, group: ConsumerGroup, replaced_id: str) -> bool: ...
         def convert_to_classic_group(self, group: ConsumerGroup, leaving_id: str | None, now_ms: int,

@@ -28,6 +28,7 @@ are plain records, so recovery replays them like any other change.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rafka.protocol.consumer_protocol import encode_assignment, parse_assignment, parse_subscription
@@ -104,12 +105,12 @@ class MigrationMixin:
     config: Any
     classic: Any
     groups: dict[tuple[str, str], ConsumerGroup]
+    _new_group_uid: Callable[[int], str]
     if TYPE_CHECKING:
         def _write(self, records: list[Record], record: Record) -> None: ...
         def _merge_topics(self, group: ConsumerGroup, op: dict[str, Any]) -> bool: ...
         def _schedule_session(self, group: ConsumerGroup, member_id: str) -> None: ...
         def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None: ...
-        def _new_group_uid(self, now_ms: int) -> str: ...
 
     # ------------------------------------------------------------ upgrade
     def validate_online_upgrade(self, classic: ClassicGroup) -> bool:
