@@ -108,6 +108,27 @@ def test_classic_group_upgrades_and_downgrades(broker: Rafka, assignor: str) -> 
             x.close()
 
 
+def test_classic_member_joins_a_consumer_group(broker: Rafka) -> None:
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    m = Member(broker.bootstrap, group, topic)
+    members = [m]
+    try:
+        wait_for(lambda: len(m.assigned) == PARTITIONS, 30, "consumer member assigned")
+        c = Member(broker.bootstrap, group, topic, **CLASSIC)  # joins the consumer group as a classic member
+        members.append(c)
+        wait_for(lambda: disjoint_cover(members) and len(c.assigned) == 3, 30, "classic member gets its share")
+        assert group_type(broker.bootstrap, group) == "consumer"
+        m.close()
+        members.remove(m)
+        wait_for(lambda: len(c.assigned) == PARTITIONS, 30, "downgraded: the classic member takes everything")
+        assert group_type(broker.bootstrap, group) == "classic"
+        assert not c.errors, c.errors
+    finally:
+        for x in members:
+            x.close()
+
+
 def test_empty_groups_convert_both_ways(broker: Rafka) -> None:
     topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, PARTITIONS)
