@@ -2,7 +2,8 @@
 
 How this works: mirrors the consumer-group half of Kafka's GroupMetadataManager.
 A heartbeat validates the request, finds or creates the group (an Empty classic
-group of the same id is replaced, a non-empty one answers GROUP_ID_NOT_FOUND),
+group of the same id is replaced; a non-empty one is upgraded if its members use
+the "consumer" protocol type, else GROUP_ID_NOT_FOUND — see ``migration``),
 finds, creates or replaces (static membership) the member and fences stale
 epochs, updates its subscription and the group's topic metadata snapshot —
 bumping the group epoch when either changed — recomputes the target assignment
@@ -11,6 +12,10 @@ target (Kafka's CurrentAssignmentBuilder): partitions to give up are revoked
 first and the member keeps its epoch until it confirms, by listing its owned
 ``topic_partitions``, that it released them; partitions still owned by another
 member are withheld (UNRELEASED_PARTITIONS) until that member released them.
+
+Classic members (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) can live in a
+consumer group (``classic_members``); when the last consumer-protocol member
+leaves or is fenced, the group is downgraded to a classic group (``migration``).
 
 Every state change is a record (see ``model``): the handler applies each record
 it emits at once through ``replay`` (so the rest of the handler sees it) and
