@@ -256,14 +256,14 @@ def test_list_describe_delete_and_classic_join() -> None:
     cd = Response()
     ctx.cg.describe(ctx.org, {"group_id": "g"}, ctx.now, cd)
     assert cd["group_epoch"] == 1 and cd["members"][0]["assignment"]["topic_partitions"][0]["topic_name"] == "t"
-    assert ctx.join("g", "").error == Errors.INCONSISTENT_GROUP_PROTOCOL
+    assert ctx.join("g", "", protocol_type="connect").error == Errors.INCONSISTENT_GROUP_PROTOCOL
     assert ctx.call("delete_group", {"group_id": "g"}).error == Errors.NON_EMPTY_GROUP
     ctx.hb("m1", -1, None)
     assert ctx.call("delete_group", {"group_id": "g"}).error == Errors.NONE
     assert ctx.cgroup() is None
 
 
-def test_empty_classic_group_is_converted_and_non_empty_refused() -> None:
+def test_empty_classic_group_is_converted_and_non_consumer_one_refused() -> None:
     ctx = Ctx()
     ctx.call("offset_commit", {"group_id": "g", "generation_id_or_member_epoch": -1, "api_version": 9,
                                "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 3}]}]})
@@ -271,7 +271,7 @@ def test_empty_classic_group_is_converted_and_non_empty_refused() -> None:
     assert ctx.hb("m1", 0, ["t"]).error == Errors.NONE
     assert ctx.coord.groups.get((ctx.org, "g")) is None and ctx.cgroup() is not None
     assert ctx.coord.offsets.get(ctx.org, "g", "t", 0)[0] == 3  # offsets survive the conversion
-    ctx.join("h", "", version=3)  # a classic group with a (pending) member
+    ctx.join("h", "", version=3, protocol_type="connect")  # a non-empty classic group, not "consumer"
     ctx.sleep(0)
     assert ctx.hb("m1", 0, ["t"], group_id="h").error == Errors.GROUP_ID_NOT_FOUND
 

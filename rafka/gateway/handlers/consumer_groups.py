@@ -53,6 +53,17 @@ async def _all_topics(ctx: RequestContext) -> list[dict[str, Any]]:
     return topics
 
 
+async def resolve_topics(ctx: RequestContext, names: list[str]) -> dict[str, Any]:
+    """``{name: {"topic_id", "partitions"} | None}`` for a shard that asked for them (``need_topics``:
+    a classic group being upgraded, or a classic member joining a consumer group)."""
+    found = await topic_cache(ctx).lookup(ctx, names, False)
+    out: dict[str, Any] = {}
+    for n in names:
+        t = found.get(n)
+        out[n] = {"topic_id": t.get("topic_id"), "partitions": t.get("partitions", 0)} if t and t.get("topic_id") else None
+    return out
+
+
 def _error(code: int, message: str | None, member_id: str | None) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": member_id,
             "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
@@ -109,6 +120,13 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict[str, Any]) -> 
     try:
         resp = await router.call(router.shard_for_group(ctx.org_id, group_id), Op.CONSUMER_GROUP_HEARTBEAT,
                                  ctx.org_id, payload, ctx.trace)
+        need = resp.pop("need_topics", None)
+        if need is not None:  # upgrading a classic group: the shard needs its members' topics too
+            payload["topics"] = {**payload["topics"], **await resolve_topics(ctx, need)}
+            payload["topics_resolved"] = True
+            resp = await router.call(router.shard_for_group(ctx.org_id, group_id), Op.CONSUMER_GROUP_HEARTBEAT,
+                                     ctx.org_id, payload, ctx.trace)
+            resp.pop("need_topics", None)
     except Exception as exc:
         return _error(coordinator_error(exc) or Err.UNKNOWN_SERVER_ERROR, None, req.get("member_id"))
     subscribed = resp.pop("subscribed", None)

@@ -18,6 +18,7 @@ import asyncio
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
+from rafka.gateway.handlers.consumer_groups import resolve_topics
 from rafka.gateway.handlers.errors import Err, coordinator_error
 from rafka.rail import Op
 
@@ -43,6 +44,18 @@ async def join_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]
     if req.get("rebalance_timeout") is None:
         req["rebalance_timeout"] = req["session_timeout"]  # v0: the session timeout bounds the rebalance
     resp, err = await _call_or_error(ctx, Op.JOIN_GROUP, req["group_id"], req)
+    need = resp.pop("need_topics", None) if resp is not None else None
+    if need is not None:  # a classic member joining a consumer group: resolve its topics and retry
+        try:
+            req["topics"] = await resolve_topics(ctx, need)
+            req["topics_resolved"] = True
+        except Exception as exc:
+            if not coordinator_error(exc):
+                raise
+            req["topics_resolved"] = True  # join with the group's last known metadata
+        resp, err = await _call_or_error(ctx, Op.JOIN_GROUP, req["group_id"], req)
+        if resp is not None:
+            resp.pop("need_topics", None)
     if resp is None:
         return {"error_code": err, "generation_id": -1, "member_id": req.get("member_id", ""), "leader": "",
                 "protocol_name": None, "members": []}

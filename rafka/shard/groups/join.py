@@ -50,6 +50,9 @@ class JoinMixin(CoordinatorCore):
             return NO_RECORDS
 
         released: list[Record] = []
+        if self.consumer is not None and self.consumer.has_members(org_id, group_id):
+            # a consumer group with members: the classic member joins it (consumer/classic_members.py)
+            return self.consumer.classic_group_join(org_id, op, now_ms, respond)  # type: ignore[no-any-return]
         if self.consumer is not None:
             taken = self.consumer.release_for_classic(org_id, group_id)
             if taken is not None:

@@ -42,6 +42,8 @@ class MembershipMixin(JoinMixin):
         if not group_id:
             respond(sync_error(Errors.INVALID_GROUP_ID))
             return NO_RECORDS
+        if self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id):
+            return self.consumer.classic_group_sync(org_id, op, now_ms, respond)  # type: ignore[no-any-return]
         group = self._group(org_id, group_id)
         if group is None or group.state is S.EMPTY:
             respond(sync_error(Errors.UNKNOWN_MEMBER_ID))
@@ -124,6 +126,8 @@ class MembershipMixin(JoinMixin):
         if not group_id:
             respond({"error_code": Errors.INVALID_GROUP_ID})
             return NO_RECORDS
+        if self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id):
+            return self.consumer.classic_group_heartbeat(org_id, op, now_ms, respond)  # type: ignore[no-any-return]
         group = self._group(org_id, group_id)
         if group is None:
             respond({"error_code": Errors.UNKNOWN_MEMBER_ID})
@@ -184,6 +188,8 @@ class MembershipMixin(JoinMixin):
         if not group_id:
             respond({"error_code": Errors.INVALID_GROUP_ID, "members": []})
             return NO_RECORDS
+        if self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id):
+            return self.consumer.classic_group_leave(org_id, op, now_ms, respond)  # type: ignore[no-any-return]
         group = self._group(org_id, group_id)
         if group is None:
             respond({"error_code": Errors.NONE, "members": [

@@ -81,19 +81,27 @@ def uniform_assign(
             m = min(eligible, key=lambda x: (count[x], x))
             owner[(tid, p)] = m
             count[m] += 1
-    # 3. balance: move a partition from a member to an eligible one with at least two fewer
+    # 3. balance: move partitions (highest first) from the most loaded members to eligible members
+    # with at least two fewer, pass after pass, until a pass moves nothing
+    owned_by: dict[str, list[tuple[str, int]]] = {m: [] for m in members}
+    for key, m in owner.items():
+        owned_by[m].append(key)
     moved = True
     while moved:
         moved = False
-        for key in sorted(owner, key=lambda k: (-count[owner[k]], k[0], -k[1])):
-            m = owner[key]
-            target = min(eligible_of[key[0]], key=lambda x: (count[x], x))
-            if count[m] - count[target] > 1:
-                owner[key] = target
-                count[m] -= 1
-                count[target] += 1
-                moved = True
-                break
+        for m in sorted(members, key=lambda x: (-count[x], x)):
+            kept = []
+            for key in sorted(owned_by[m], key=lambda k: (k[0], -k[1])):
+                target = min(eligible_of[key[0]], key=lambda x: (count[x], x))
+                if count[m] - count[target] > 1:
+                    owner[key] = target
+                    count[m] -= 1
+                    count[target] += 1
+                    owned_by[target].append(key)
+                    moved = True
+                else:
+                    kept.append(key)
+            owned_by[m] = kept
     out: dict[str, Assignment] = {m: {} for m in members}
     for (tid, p), m in owner.items():
         out[m].setdefault(tid, set()).add(p)

@@ -2,7 +2,8 @@
 
 How this works: mirrors the consumer-group half of Kafka's GroupMetadataManager.
 A heartbeat validates the request, finds or creates the group (an Empty classic
-group of the same id is replaced, a non-empty one answers GROUP_ID_NOT_FOUND),
+group of the same id is replaced; a non-empty one is upgraded if its members use
+the "consumer" protocol type, else GROUP_ID_NOT_FOUND — see ``migration``),
 finds, creates or replaces (static membership) the member and fences stale
 epochs, updates its subscription and the group's topic metadata snapshot —
 bumping the group epoch when either changed — recomputes the target assignment
@@ -11,6 +12,10 @@ target (Kafka's CurrentAssignmentBuilder): partitions to give up are revoked
 first and the member keeps its epoch until it confirms, by listing its owned
 ``topic_partitions``, that it released them; partitions still owned by another
 member are withheld (UNRELEASED_PARTITIONS) until that member released them.
+
+Classic members (JoinGroup/SyncGroup/Heartbeat/LeaveGroup) can live in a
+consumer group (``classic_members``); when the last consumer-protocol member
+leaves or is fenced, the group is downgraded to a classic group (``migration``).
 
 Every state change is a record (see ``model``): the handler applies each record
 it emits at once through ``replay`` (so the rest of the handler sees it) and
@@ -34,6 +39,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rafka.shard.groups.consumer import assignors
+from rafka.shard.groups.consumer.classic_members import ClassicMembersMixin
+from rafka.shard.groups.consumer.migration import MigrationMixin, NeedTopics, RequestError
 from rafka.shard.groups.consumer.model import (
     ASSIGNING,
     EMPTY,
@@ -68,13 +75,6 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 STATES = {EMPTY, ASSIGNING, RECONCILING, STABLE_GROUP}
 
 
-class RequestError(Exception):
-    def __init__(self, code: int, message: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 def session_key(org_id: str, group_id: str, member_id: str) -> str:
     return repr(("cg-session", org_id, group_id, member_id))
 
@@ -101,7 +101,7 @@ def _wire_assignment(a: Assignment) -> dict[str, Any]:
     return {"topic_partitions": [{"topic_id": tid, "partitions": sorted(ps)} for tid, ps in sorted(a.items()) if ps]}
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
     """KIP-848 groups of one shard, next to (and sharing offsets with) the classic coordinator."""
 
     def __init__(
@@ -116,6 +116,7 @@ class ConsumerGroupCoordinator:
             lambda: str(uuid.uuid4()))
         self._new_group_uid = new_group_uid or getattr(classic, "_new_group_uid", None) or mint_group_uid
         self.groups: dict[tuple[str, str], ConsumerGroup] = {}
+        self._join_deadlines: set[str] = set()  # armed rejoin deadlines of classic members (soft state)
         self.loading = True
         if classic is not None:
             classic.consumer = self
@@ -183,10 +184,19 @@ class ConsumerGroupCoordinator:
     def is_consumer_group(self, org_id: str, group_id: str) -> bool:
         return (org_id, group_id) in self.groups
 
+    def has_members(self, org_id: str, group_id: str) -> bool:
+        """True if ``group_id`` is a consumer group with members (classic requests go to it)."""
+        group = self.groups.get((org_id, group_id))
+        return group is not None and bool(group.members)
+
     # ================================================================ timers
     def _schedule_session(self, group: ConsumerGroup, member_id: str) -> None:
         org_id, group_id = group.key
-        self.timer.schedule(session_key(org_id, group_id, member_id), self.config.consumer_session_timeout_ms,
+        member = group.members.get(member_id)
+        timeout = self.config.consumer_session_timeout_ms
+        if member is not None and member.classic is not None:
+            timeout = member.classic["session_timeout"]  # a classic member: its JoinGroup session timeout
+        self.timer.schedule(session_key(org_id, group_id, member_id), timeout,
                             lambda now_ms: self._expire(org_id, group_id, member_id, None, now_ms))
 
     def _schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember) -> None:
@@ -198,6 +208,7 @@ class ConsumerGroupCoordinator:
     def _cancel_timers(self, group: ConsumerGroup, member_id: str) -> None:
         self.timer.cancel(session_key(group.org_id, group.group_id, member_id))
         self.timer.cancel(revocation_key(group.org_id, group.group_id, member_id))
+        self._cancel_classic_deadlines(group, member_id)
 
     def _expire(self, org_id: str, group_id: str, member_id: str, revoking_epoch: int | None,
                 now_ms: int) -> list[Record]:
@@ -211,8 +222,18 @@ class ConsumerGroupCoordinator:
         why = "session timeout" if revoking_epoch is None else "revocation timeout"
         log.info("consumer group %s/%s: member %s fenced (%s)", org_id, group_id, member_id, why)
         records: list[Record] = []
-        self._remove_member(group, member_id, records)
+        self._fence_member(group, member_id, now_ms, records)
         return records
+
+    def _fence_member(self, group: ConsumerGroup, member_id: str, now_ms: int, records: list[Record]) -> None:
+        """Remove a leaving or fenced member, downgrading the group to a classic group when only
+        classic members would remain (Kafka's consumerGroupFenceMember)."""
+        if self.classic is not None and self.validate_online_downgrade_with_fenced_member(group, member_id):
+            log.info("consumer group %s/%s: downgraded to a classic group (member %s left)",
+                     group.org_id, group.group_id, member_id)
+            self.convert_to_classic_group(group, member_id, now_ms, records)
+        else:
+            self._remove_member(group, member_id, records)
 
     def _remove_member(self, group: ConsumerGroup, member_id: str, records: list[Record]) -> None:
         """Fence/remove a member: its partitions are free at once; the group epoch bumps."""
@@ -230,6 +251,10 @@ class ConsumerGroupCoordinator:
         records: list[Record] = []
         try:
             resp = self._heartbeat(org_id, op, now_ms, records)
+        except NeedTopics as exc:  # nothing changed: the gateway resolves these topics and retries
+            records = []
+            resp = {"error_code": Errors.NONE, "error_message": None, "member_id": op.get("member_id") or None,
+                    "member_epoch": -1, "heartbeat_interval": 0, "assignment": None, "need_topics": exc.names}
         except RequestError as exc:
             resp = {"error_code": exc.code, "error_message": exc.message, "member_id": op.get("member_id") or None,
                     "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
@@ -274,13 +299,16 @@ class ConsumerGroupCoordinator:
                                f"Supported assignors: {', '.join(self.config.consumer_assignors)}.")
 
     def _get_or_create_group(self, org_id: str, group_id: str, create: bool, now_ms: int,
-                             records: list[Record]) -> ConsumerGroup:
+                             records: list[Record], op: dict[str, Any]) -> ConsumerGroup:
         group = self.group(org_id, group_id)
         if group is not None:
             return group
         classic = self.classic.groups.get((org_id, group_id)) if self.classic is not None else None
         if classic is not None and classic.members:
-            raise RequestError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            if not create or not self.validate_online_upgrade(classic):
+                raise RequestError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            log.info("classic group %s/%s: upgraded to a consumer group", org_id, group_id)
+            return self.convert_to_consumer_group(classic, op, now_ms, records)
         if not create:
             raise RequestError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
         uid = self._new_group_uid(now_ms)
@@ -302,10 +330,10 @@ class ConsumerGroupCoordinator:
         member_id = op.get("member_id") or ""
         instance_id = op.get("instance_id")
         owned = _owned(op.get("topic_partitions"))
-        group = self._get_or_create_group(org_id, group_id, epoch == 0, now_ms, records)
+        group = self._get_or_create_group(org_id, group_id, epoch == 0, now_ms, records, op)
 
         if epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-            return self._leave(group, member_id, instance_id, epoch, records)
+            return self._leave(group, member_id, instance_id, epoch, now_ms, records)
 
         # ---------------------------------------------------------- member
         new_member = False
@@ -389,6 +417,18 @@ class ConsumerGroupCoordinator:
         # ------------------------------------------------- reconciliation
         member = group.members[member.member_id]
         updated = self._reconcile(group, member, owned)
+        self._apply_reconciliation(group, member, updated, records)
+
+        send = (epoch == 0 or updated.assigned != member.assigned or new_member
+                or (owned is not None and owned != updated.assigned))
+        return {"error_code": Errors.NONE, "error_message": None, "member_id": updated.member_id,
+                "member_epoch": updated.member_epoch,
+                "heartbeat_interval": self.config.consumer_heartbeat_interval_ms,
+                "assignment": _wire_assignment(updated.assigned) if send else None}
+
+    def _apply_reconciliation(self, group: ConsumerGroup, member: ConsumerMember, updated: ConsumerMember,
+                              records: list[Record]) -> None:
+        """Write the reconciled member, arm or cancel its revocation deadline, renew its session."""
         if updated.value() != member.value():
             self._write(records, member_record(group, updated))
         if updated.state == UNREVOKED_PARTITIONS:
@@ -397,13 +437,6 @@ class ConsumerGroupCoordinator:
         else:
             self.timer.cancel(revocation_key(group.org_id, group.group_id, updated.member_id))
         self._schedule_session(group, updated.member_id)
-
-        send = (epoch == 0 or updated.assigned != member.assigned or new_member
-                or (owned is not None and owned != updated.assigned))
-        return {"error_code": Errors.NONE, "error_message": None, "member_id": updated.member_id,
-                "member_epoch": updated.member_epoch,
-                "heartbeat_interval": self.config.consumer_heartbeat_interval_ms,
-                "assignment": _wire_assignment(updated.assigned) if send else None}
 
     def _replace_static_member(self, group: ConsumerGroup, old: ConsumerMember, new_id: str,
                                records: list[Record]) -> ConsumerMember:
@@ -421,7 +454,7 @@ class ConsumerGroupCoordinator:
         return group.members[new_id]
 
     def _leave(self, group: ConsumerGroup, member_id: str, instance_id: str | None, epoch: int,
-               records: list[Record]) -> dict[str, Any]:
+               now_ms: int, records: list[Record]) -> dict[str, Any]:
         if instance_id is not None:
             known = group.static_members.get(instance_id)
             if known is None:
@@ -441,7 +474,7 @@ class ConsumerGroupCoordinator:
             self.timer.cancel(revocation_key(group.org_id, group.group_id, member_id))
             self._schedule_session(group, member_id)
         else:
-            self._remove_member(group, member_id, records)
+            self._fence_member(group, member_id, now_ms, records)
         return {"error_code": Errors.NONE, "error_message": None, "member_id": member_id, "member_epoch": epoch,
                 "heartbeat_interval": 0, "assignment": None}
 
@@ -558,7 +591,7 @@ class ConsumerGroupCoordinator:
             "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
             "subscribed_topic_names": list(m.subscribed_topic_names), "subscribed_topic_regex": m.subscribed_topic_regex,
             "assignment": wire(m.assigned), "target_assignment": wire(group.target.get(m.member_id, {})),
-            "member_type": 1,  # 1 = consumer protocol (KIP-1099), 0 = classic
+            "member_type": 0 if m.uses_classic_protocol else 1,  # KIP-1099: 0 = classic, 1 = consumer
         } for m in group.members.values()]
         respond({"error_code": Errors.NONE, "error_message": None, "group_id": group_id,
                  "group_state": group.state(), "group_epoch": group.group_epoch,
@@ -580,6 +613,8 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return Errors.UNKNOWN_MEMBER_ID
+        if member.uses_classic_protocol:  # a classic member: its generation is its member epoch
+            return Errors.NONE if member_epoch == member.member_epoch else Errors.ILLEGAL_GENERATION
         if api_version < 9:
             return Errors.UNSUPPORTED_VERSION
         if member_epoch > member.member_epoch:
@@ -624,9 +659,11 @@ class ConsumerGroupCoordinator:
         group = self.group(org_id, group_id)
         if group is None:
             return None
-        members = [{"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
-                    "client_host": m.client_host, "member_metadata": b"", "member_assignment": b""}
-                   for m in group.members.values()]
+        members = []
+        for m in group.members.values():
+            meta, assignment = self.describe_classic_member(group, m) if m.uses_classic_protocol else (b"", b"")
+            members.append({"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                            "client_host": m.client_host, "member_metadata": meta, "member_assignment": assignment})
         return {"error_code": Errors.NONE, "error_message": None, "group_id": group_id,
                 "group_state": group.state(), "protocol_type": CONSUMER_PROTOCOL_TYPE,
                 "protocol_data": group.preferred_assignor(self.config.consumer_assignors[0]), "members": members,

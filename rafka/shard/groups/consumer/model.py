@@ -16,7 +16,8 @@ Records (plain msgpack data, see rafka.shard.records):
   "assignment_epoch", "topics": {name: [topic_id, partitions]}, "regex_topics":
   {regex: [names]}, "created_ts"}`` or ``None`` (group deleted).
 * ``CONSUMER_GROUP_MEMBER`` key ``(org, group, member_id)``: the member (see
-  ``member_value``) or ``None`` (member removed).
+  ``ConsumerMember.value``; ``classic`` is set for a member that uses the classic
+  protocol inside the consumer group) or ``None`` (member removed).
 * ``CONSUMER_GROUP_TARGET`` key ``(org, group, member_id)``: ``{topic_id:
   [partitions]}`` or ``None``.
 """
@@ -57,6 +58,13 @@ def partitions_of(a: Assignment) -> set[tuple[str, int]]:
     return {(tid, p) for tid, ps in a.items() for p in ps}
 
 
+def _unpack_classic(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    return {"session_timeout": int(v["session_timeout"]),
+            "protocols": [[str(name), bytes(meta)] for name, meta in v.get("protocols") or []]}
+
+
 @dataclass
 class ConsumerMember:
     member_id: str
@@ -73,6 +81,16 @@ class ConsumerMember:
     state: str = STABLE
     assigned: Assignment = field(default_factory=dict)
     pending: Assignment = field(default_factory=dict)
+    # a member using the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside this consumer
+    # group: {"session_timeout": ms, "protocols": [[name, metadata]]}; None for a KIP-848 member
+    classic: dict[str, Any] | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
+
+    def classic_protocol_names(self) -> list[str]:
+        return [p[0] for p in (self.classic or {}).get("protocols", [])]
 
     def value(self) -> dict[str, Any]:
         return {
@@ -81,6 +99,7 @@ class ConsumerMember:
             "names": list(self.subscribed_topic_names), "regex": self.subscribed_topic_regex,
             "assignor": self.server_assignor, "epoch": self.member_epoch, "prev_epoch": self.previous_member_epoch,
             "state": self.state, "assigned": pack_assignment(self.assigned), "pending": pack_assignment(self.pending),
+            "classic": self.classic,
         }
 
     @classmethod
@@ -93,6 +112,7 @@ class ConsumerMember:
             server_assignor=v.get("assignor"), member_epoch=v.get("epoch", 0),
             previous_member_epoch=v.get("prev_epoch", -1), state=v.get("state", STABLE),
             assigned=unpack_assignment(v.get("assigned")), pending=unpack_assignment(v.get("pending")),
+            classic=_unpack_classic(v.get("classic")),
         )
 
     def copy(self) -> ConsumerMember:
