@@ -104,7 +104,7 @@ class Member:
         self.joined: dict[str, Any] | None = None  # a join response not yet followed by a sync
 
     def join_body(self) -> dict[str, Any]:
-        return {"group_id": self.group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
+        return {"group_id": self.group, "session_timeout": 45_000, "rebalance_timeout": 45_000,
                 "member_id": self.member_id, "group_instance_id": None, "protocol_type": "consumer",
                 "protocols": [{"name": "range", "metadata": META}]}
 

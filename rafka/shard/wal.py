@@ -18,8 +18,10 @@ the fsync policy and returns a future to wait on (or None when nothing waits):
 
 * ``always`` — fsync the written streams now, on the loop, before replies leave;
 * ``batch``  — group commit: a syncer thread fsyncs every stream written since
-  its last pass, after a short linger, and resolves every waiting future at once,
-  so many ops share one fsync while the loop keeps serving;
+  its last pass and resolves every waiting future at once. It starts as soon as
+  there is work (no fixed linger, which would only add latency to a lone
+  commit): whatever is appended while one fsync runs shares the next, so under
+  load many ops share one fsync while the loop keeps serving;
 * ``never``  — no fsync (the OS writes back); replies do not wait.
 
 Recovery reads each stream in order and hands every record to the same
@@ -209,7 +211,7 @@ class Wal:
     """All streams of one shard, with the fsync policy."""
 
     def __init__(self, data_dir: str | Path, owned_partitions: set[int], partitions: int, *, fsync: str = "batch",
-                 segment_bytes: int = 64 * 1024 * 1024, linger_ms: float = 0.5) -> None:
+                 segment_bytes: int = 64 * 1024 * 1024, linger_ms: float = 0.0) -> None:
         if fsync not in ("always", "batch", "never"):
             raise ValueError(f"unknown fsync policy {fsync!r}")
         self.root = Path(data_dir)
