@@ -199,6 +199,7 @@ class ShardRouter:
         for fut, _t in pending.values():
             if not fut.done():
                 fut.set_exception(exc)
+                fut.exception()  # a caller gone meanwhile is no "never retrieved" error: the cause is logged
 
     async def _ping_loop(self) -> None:
         ping_ids = itertools.count(1)
