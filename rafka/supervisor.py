@@ -69,6 +69,7 @@ class Supervisor:
         self._prepare_dirs()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_hup)
         if self.cfg.metrics_port:
             from rafka.metrics_http import serve_metrics
 
@@ -113,6 +114,13 @@ class Supervisor:
     def _on_signal(self, signum: int, _frame: object) -> None:
         log.info("received %s: stopping", signal.Signals(signum).name)
         self.stopping = True
+
+    def _on_hup(self, _signum: int, _frame: object) -> None:
+        """SIGHUP (``systemctl reload``): the gateway re-reads the users file."""
+        proc = self.gateway.proc
+        if proc is not None and proc.poll() is None:
+            log.info("received SIGHUP: passing it to %s (pid %d)", self.gateway.name, proc.pid)
+            proc.send_signal(signal.SIGHUP)
 
     def _stop_all(self) -> None:
         deadline = time.monotonic() + STOP_TIMEOUT

@@ -243,11 +243,14 @@ def test_sighup_reloads_the_users_file(secure: SecureRafka) -> None:
     assert not _can_login(secure, "dave", "dave-pw")
     try:
         secure.users_path.write_text(USERS + '\n[[users]]\nname = "dave"\npassword = "dave-pw"\norg = "initech"\n')
-        os.kill(secure.gateway_pid(), signal.SIGHUP)
+        assert secure.proc is not None
+        gateway = secure.gateway_pid()
+        os.kill(secure.proc.pid, signal.SIGHUP)  # `systemctl reload rafka`: the supervisor passes it on
         deadline = time.monotonic() + 10
         while "SIGHUP: reloaded 5 users" not in secure.logs() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _can_login(secure, "dave", "dave-pw")
+        assert secure.gateway_pid() == gateway and secure.proc.poll() is None  # reloaded, not restarted
         secure.users_path.write_text("[[users]\nnot toml")
         os.kill(secure.gateway_pid(), signal.SIGHUP)
         while "SIGHUP: keeping the 5 current users" not in secure.logs() and time.monotonic() < deadline:
