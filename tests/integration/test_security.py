@@ -245,7 +245,7 @@ def test_sighup_reloads_the_users_file(secure: SecureRafka) -> None:
         secure.users_path.write_text(USERS + '\n[[users]]\nname = "dave"\npassword = "dave-pw"\norg = "initech"\n')
         assert secure.proc is not None
         gateway = secure.gateway_pid()
-        os.kill(secure.proc.pid, signal.SIGHUP)  # `systemctl reload rafka`: the supervisor passes it on
+        os.kill(secure.proc.pid, signal.SIGHUP)  # what systemctl kill --kill-whom=main --signal=HUP sends
         deadline = time.monotonic() + 10
         while "SIGHUP: reloaded 5 users" not in secure.logs() and time.monotonic() < deadline:
             time.sleep(0.1)
