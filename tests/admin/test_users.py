@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from rafka.admin.users import UsersFile, basic_credentials, parse_scram, parse_users
+from rafka.admin.users import UsersFile, UsersFileError, basic_credentials, check_password
+from rafka.gateway.auth import ScramCredential, User, parse_users
 
 
 def scram(password: str, salt: bytes = b"pepper", iterations: int = 4096, name: str = "sha256") -> dict[str, Any]:
@@ -25,17 +26,37 @@ def scram(password: str, salt: bytes = b"pepper", iterations: int = 4096, name: 
             "server_key": base64.b64encode(server_key).decode()}
 
 
+def toml(users: list[dict[str, Any]]) -> str:
+    out = []
+    for u in users:
+        out.append("[[users]]")
+        out += [f"{k} = {json.dumps(v)}" for k, v in u.items() if not isinstance(v, dict)]
+        for k, v in u.items():
+            if isinstance(v, dict):
+                out.append(f"[users.{k}]")
+                out += [f"{kk} = {json.dumps(vv)}" for kk, vv in v.items()]
+    return "\n".join(out) + "\n"
+
+
 def test_plain_password_and_org() -> None:
-    users = parse_users({"users": [{"name": "alice", "password": "s3cret", "org": "acme"}, {"name": "bob",
-                                                                                             "password": "x"}]})
-    assert users["alice"].org == "acme" and users["alice"].check("s3cret") and not users["alice"].check("nope")
-    assert users["bob"].org == "default"
+    users = parse_users(toml([{"name": "alice", "password": "s3cret", "org": "acme"}]))
+    alice = users.get("alice")
+    assert alice is not None and alice.org == "acme"
+    assert check_password(alice, "s3cret") and not check_password(alice, "nope")
+
+
+def test_a_user_without_an_org_is_refused_as_by_the_kafka_listener(tmp_path: Path) -> None:
+    path = tmp_path / "users.toml"
+    path.write_text(toml([{"name": "bob", "password": "x"}]))
+    with pytest.raises(UsersFileError, match="org"):
+        UsersFile(str(path)).authenticate("bob", "x")
 
 
 @pytest.mark.parametrize(("key", "digest"), [("scram_sha_256", "sha256"), ("scram_sha_512", "sha512")])
 def test_scram_only_users_check_the_password_against_the_stored_key(key: str, digest: str) -> None:
-    [user] = parse_users({"users": [{"name": "svc", "org": "acme", key: scram("pw", name=digest)}]}).values()
-    assert user.password is None and user.check("pw") and not user.check("pw2")
+    user = parse_users(toml([{"name": "svc", "org": "acme", key: scram("pw", name=digest)}])).get("svc")
+    assert user is not None and user.password is None
+    assert check_password(user, "pw") and not check_password(user, "pw2")
 
 
 def test_scram_tables_from_a_toml_file(tmp_path: Path) -> None:
@@ -48,8 +69,9 @@ def test_scram_tables_from_a_toml_file(tmp_path: Path) -> None:
 
 
 def test_unknown_mechanism_never_matches() -> None:
-    cred = parse_scram("SCRAM-MD5", scram("pw"))
-    assert not cred.verify("pw")
+    c = scram("pw")
+    cred = ScramCredential(base64.b64decode(c["salt"]), c["iterations"], base64.b64decode(c["stored_key"]), b"")
+    assert not check_password(User("svc", "acme", None, {"SCRAM-MD5": cred}), "pw")
 
 
 def test_file_is_reread_when_it_changes(tmp_path: Path) -> None:
