@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from rafka.admin.consumer_protocol import decode_assignment
+from rafka.protocol.consumer_protocol import decode_assignment
 from rafka.admin.shards import Call, ShardClient, ShardError
 from rafka.admin.users import UsersFile, basic_credentials
 from rafka.rail import Op

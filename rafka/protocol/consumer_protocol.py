@@ -10,8 +10,9 @@ so a reader of version N ignores what follows the fields it knows (as Kafka does
   rack_id (nullable string).
 * Assignment: assigned_partitions ([topic string, [int32]]), user_data.
 
-Used by the broker when classic members live in a KIP-848 consumer group: their
-subscription is read from JoinGroup and their assignment is written for SyncGroup.
+Used by the broker when classic members live in a KIP-848 consumer group (their
+subscription is read from JoinGroup and their assignment is written for SyncGroup),
+by the REST admin API to show members' assignments, and by tests and tools.
 """
 
 from __future__ import annotations
@@ -106,10 +107,19 @@ def parse_assignment(data: bytes) -> dict[str, set[int]] | None:
         return {}
     try:
         r = _Reader(data)
-        r.int16()
+        if r.int16() < 0:
+            return None
         return r.topic_partitions()
     except (struct.error, ValueError, UnicodeDecodeError):
         return None
+
+
+def decode_assignment(data: bytes | None) -> dict[str, list[int]]:
+    """``{topic: sorted partitions}`` of an assignment (``{}`` when empty); ValueError if it does not parse."""
+    parts = parse_assignment(data or b"")
+    if parts is None:
+        raise ValueError("not a consumer protocol assignment")
+    return {t: sorted(ps) for t, ps in sorted(parts.items())}
 
 
 def encode_assignment(partitions: dict[str, set[int]] | dict[str, list[int]], version: int = 0) -> bytes:

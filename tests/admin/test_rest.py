@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rafka.admin.consumer_protocol import encode_assignment
+from rafka.protocol.consumer_protocol import encode_assignment
 from rafka.admin.rest import AdminApi
 from rafka.admin.shards import Call, ShardClient, ShardError
 from rafka.metrics_http import serve_metrics

@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 
 from rafka.shard.groups import GroupConfig, GroupCoordinator
-from rafka.shard.groups.record_helpers import encode_subscription
+from rafka.protocol.consumer_protocol import encode_subscription
 from rafka.shard.records import Record
 
 ORG = "org-a"

@@ -8,10 +8,10 @@ import pathlib
 import pytest
 from kio.schema.errors import ErrorCode
 
+from rafka.protocol.consumer_protocol import encode_subscription
 from rafka.shard.groups.classic import ClassicGroup
 from rafka.shard.groups.errors import Errors
 from rafka.shard.groups.record_helpers import (
-    encode_subscription,
     group_rrl,
     group_slug,
     parse_subscription_topics,

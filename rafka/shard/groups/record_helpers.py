@@ -127,16 +127,3 @@ def parse_subscription_topics(metadata: bytes) -> set[str] | None:
         return topics
     except (struct.error, UnicodeDecodeError):
         return None
-
-
-def encode_subscription(topics: list[str], version: int = 0, user_data: bytes | None = None) -> bytes:
-    """Encode a v0-layout ConsumerProtocolSubscription (used by tests and tools)."""
-    out = bytearray(struct.pack(">hi", version, len(topics)))
-    for t in topics:
-        raw = t.encode("utf-8")
-        out += struct.pack(">h", len(raw)) + raw
-    if user_data is None:
-        out += struct.pack(">i", -1)
-    else:
-        out += struct.pack(">i", len(user_data)) + user_data
-    return bytes(out)

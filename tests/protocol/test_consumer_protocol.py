@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from rafka.admin.consumer_protocol import decode_assignment, encode_assignment
+from rafka.protocol.consumer_protocol import decode_assignment, encode_assignment
 
 
 @pytest.mark.parametrize("version", [0, 1, 3])
