@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -111,6 +115,39 @@ def test_members_share_partitions_incrementally(broker: Rafka) -> None:
     finally:
         for m in members:
             m.close()
+
+
+DYING_MEMBER = """
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "group.protocol": "consumer"})
+c.subscribe([sys.argv[3]], on_assign=lambda c, ps: print("assigned", len(ps), flush=True))
+while True:
+    c.poll(0.05)
+"""
+
+
+def test_a_dying_member_hands_its_partitions_over(broker: Rafka) -> None:
+    """kill -9 of a member (no leave): after the session timeout its partitions move to the others."""
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    dying = subprocess.Popen([sys.executable, "-c", DYING_MEMBER, broker.bootstrap, group, topic],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    survivor = None
+    try:
+        assert dying.stdout is not None and dying.stdout.readline().startswith("assigned")
+        survivor = Member(broker.bootstrap, group, topic)
+        wait_for(lambda: len(survivor.assigned) == PARTITIONS // 2, 30, "the survivor's half")
+        os.kill(dying.pid, signal.SIGKILL)
+        start = time.monotonic()
+        wait_for(lambda: survivor.assigned == set(range(PARTITIONS)), 30, "hand-over after kill -9")
+        assert time.monotonic() - start >= 3  # not before the member's session could expire (6 s)
+    finally:
+        if dying.poll() is None:
+            dying.kill()
+        dying.wait(10)
+        if survivor is not None:
+            survivor.close()
 
 
 def test_committed_offsets_resume_after_rejoin(broker: Rafka) -> None:
