@@ -34,6 +34,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from rafka.protocol.codec import DecodeError, read_uvarint
+
 Walk = Callable[[bytes, int, int], int]  # (buffer, position, end) -> position after the value
 
 _I16 = struct.Struct(">h").unpack_from
@@ -60,18 +62,10 @@ def _too_many(n: int, left: int) -> None:
 
 
 def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= end:
-            raise WireError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise WireError("varint too long")
+    try:
+        return read_uvarint(buf, pos, end)
+    except DecodeError as exc:
+        raise WireError(str(exc)) from None
 
 
 def _tags(buf: bytes, pos: int, end: int, known: dict[int, Walk]) -> int:

@@ -47,10 +47,12 @@ class RequestHeader:
     body_offset: int
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: bytes, pos: int, end: int | None = None) -> tuple[int, int]:
+    """An unsigned varint at ``pos`` (at most 5 bytes, as Kafka reads them) and the next position."""
+    end = len(buf) if end is None else end
     shift = result = 0
     while True:
-        if pos >= len(buf):
+        if pos >= end:
             raise DecodeError("truncated varint")
         b = buf[pos]
         pos += 1
@@ -58,7 +60,7 @@ def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
         if not b & 0x80:
             return result, pos
         shift += 7
-        if shift > 35:
+        if shift > 28:
             raise DecodeError("varint too long")
 
 
@@ -76,10 +78,10 @@ def read_request_header(frame: bytes, flexible: bool) -> RequestHeader:
         client_id = frame[pos : pos + n].decode("utf-8", "replace")
         pos += n
     if flexible:
-        count, pos = _read_uvarint(frame, pos)
+        count, pos = read_uvarint(frame, pos)
         for _ in range(count):
-            _tag, pos = _read_uvarint(frame, pos)
-            size, pos = _read_uvarint(frame, pos)
+            _tag, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
             pos += size
         if pos > len(frame):
             raise DecodeError("truncated tagged fields")

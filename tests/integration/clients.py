@@ -27,19 +27,22 @@ def consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
 class Member:
     """A confluent-kafka consumer polled on its own thread, recording its assignment."""
 
+    incremental = False  # on_assign adds to the assignment (always, not only for cooperative-sticky)
+    poll_timeout = 0.1
+
     def __init__(self, bootstrap: str, group: str, topic: str, **extra: Any) -> None:
-        self.c = consumer(bootstrap, group, **extra)
+        self.c = self.make_consumer(bootstrap, group, extra)
         self.assigned: set[int] = set()
         self.events: list[tuple[str, tuple[int, ...]]] = []
         self.errors: list[str] = []
         self.records: list[Any] = []
         self._stop = threading.Event()
-        cooperative = extra.get("partition.assignment.strategy") == "cooperative-sticky"
+        incremental = self.incremental or extra.get("partition.assignment.strategy") == "cooperative-sticky"
 
         def on_assign(c: Consumer, parts: list[TopicPartition]) -> None:
             ps = tuple(sorted(p.partition for p in parts))
             self.events.append(("assign", ps))
-            if cooperative:
+            if incremental:
                 self.assigned |= set(ps)
             else:
                 self.assigned = set(ps)
@@ -53,9 +56,12 @@ class Member:
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
+    def make_consumer(self, bootstrap: str, group: str, extra: dict[str, Any]) -> Consumer:
+        return consumer(bootstrap, group, **extra)
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            msg = self.c.poll(0.1)
+            msg = self.c.poll(self.poll_timeout)
             if msg is None:
                 continue
             if msg.error():

@@ -6,15 +6,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
+from tests.integration import clients
 from tests.integration.clients import create_topic, wait_for
 from tests.integration.conftest import Rafka
 
@@ -30,53 +30,18 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rafka]:
     b.stop()
 
 
-class Member:
+class Member(clients.Member):
     """A ``group.protocol=consumer`` consumer polled on its own thread."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, **extra: Any) -> None:
+    incremental = True
+    poll_timeout = 0.05
+
+    def make_consumer(self, bootstrap: str, group: str, extra: dict[str, Any]) -> Consumer:
         conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
                 "auto.offset.reset": "earliest", "enable.auto.commit": False,
                 "topic.metadata.refresh.interval.ms": 1000}
         conf.update(extra)
-        self.c = Consumer(conf)
-        self.assigned: set[int] = set()
-        self.events: list[tuple[str, tuple[int, ...]]] = []
-        self.errors: list[str] = []
-        self.records: list[Any] = []
-        self.lock = threading.Lock()
-        self._stop = threading.Event()
-
-        def on_assign(c: Consumer, parts: list[TopicPartition]) -> None:
-            ps = tuple(sorted(p.partition for p in parts))
-            self.events.append(("assign", ps))
-            self.assigned |= set(ps)
-
-        def on_revoke(c: Consumer, parts: list[TopicPartition]) -> None:
-            ps = tuple(sorted(p.partition for p in parts))
-            self.events.append(("revoke", ps))
-            self.assigned -= set(ps)
-
-        self.c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            msg = self.c.poll(0.05)
-            if msg is None:
-                continue
-            if msg.error():
-                self.errors.append(str(msg.error()))
-            else:
-                self.records.append(msg)
-
-    def stop_polling(self) -> None:
-        self._stop.set()
-        self.thread.join(10)
-
-    def close(self) -> None:
-        self.stop_polling()
-        self.c.close()
+        return Consumer(conf)
 
 
 def disjoint_cover(members: list[Member]) -> bool:

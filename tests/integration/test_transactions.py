@@ -244,14 +244,8 @@ def test_describe_and_list_transactions(broker: Rafka) -> None:
 def test_kill_9_between_records_and_commit_leaves_nothing_visible(tmp_path: Path) -> None:
     broker = Rafka(tmp_path / "data", shards=SHARDS).start()
     try:
-        _src, dst, _group, tid = _names()
-        create_topic(broker.bootstrap, dst, 3)
-        p = _producer(broker.bootstrap, tid)
-        p.init_transactions(15)
-        p.begin_transaction()
-        for i in range(9):
-            p.produce(dst, value=f"lost-{i}".encode(), partition=i % 3)
-        assert p.flush(10) == 0  # the records are acknowledged (durable), the commit never comes
+        dst, tid, p = _open_transaction(broker, partitions=3, records=9, prefix="lost-")
+        # the records are acknowledged (durable), the commit never comes
         broker.kill_all()
         del p
         broker.start()
@@ -271,14 +265,7 @@ def test_kill_9_between_records_and_commit_leaves_nothing_visible(tmp_path: Path
 def test_kill_9_of_a_participant_shard_mid_commit_still_commits_everywhere(tmp_path: Path) -> None:
     broker = Rafka(tmp_path / "data", shards=SHARDS).start()
     try:
-        _src, dst, _group, tid = _names()
-        create_topic(broker.bootstrap, dst, 6)
-        p = _producer(broker.bootstrap, tid)
-        p.init_transactions(15)
-        p.begin_transaction()
-        for i in range(12):
-            p.produce(dst, value=f"v{i}".encode(), partition=i % 6)
-        assert p.flush(10) == 0
+        dst, tid, p = _open_transaction(broker, partitions=6, records=12, prefix="v")
         victim = _shard_of_partition(dst, 0)
         assert victim != _shard_of_key(tid)
         os.kill(broker.children()[f"rafka-shard-{victim}"], signal.SIGKILL)
@@ -295,14 +282,7 @@ def test_kill_9_of_the_broker_mid_commit_finishes_the_commit_after_restart(tmp_p
     broker dies; after the restart the sweeper writes the rest, and every record becomes visible."""
     broker = Rafka(tmp_path / "data", shards=SHARDS).start()
     try:
-        _src, dst, _group, tid = _names()
-        create_topic(broker.bootstrap, dst, 6)
-        p = _producer(broker.bootstrap, tid)
-        p.init_transactions(15)
-        p.begin_transaction()
-        for i in range(12):
-            p.produce(dst, value=f"v{i}".encode(), partition=i % 6)
-        assert p.flush(10) == 0
+        dst, tid, p = _open_transaction(broker, partitions=6, records=12, prefix="v")
         victim = _shard_of_partition(dst, 0)
         os.kill(broker.children()[f"rafka-shard-{victim}"], signal.SIGSTOP)  # its markers cannot be written
         committer = threading.Thread(target=lambda: _try(p.commit_transaction, 10), daemon=True)
@@ -316,6 +296,20 @@ def test_kill_9_of_the_broker_mid_commit_finishes_the_commit_after_restart(tmp_p
         committer.join(15)
     finally:
         broker.stop()
+
+
+def _open_transaction(broker: Rafka, partitions: int, records: int, prefix: str) -> tuple[str, str, Producer]:
+    """A new topic and transactional producer with ``records`` acknowledged, uncommitted records
+    (``<prefix><i>`` on partition ``i % partitions``): ``(topic, transactional id, producer)``."""
+    _src, dst, _group, tid = _names()
+    create_topic(broker.bootstrap, dst, partitions)
+    p = _producer(broker.bootstrap, tid)
+    p.init_transactions(15)
+    p.begin_transaction()
+    for i in range(records):
+        p.produce(dst, value=f"{prefix}{i}".encode(), partition=i % partitions)
+    assert p.flush(10) == 0
+    return dst, tid, p
 
 
 def _try(fn: Any, *args: Any) -> None:

@@ -41,7 +41,6 @@ from rafka.shard.groups.consumer.model import (
     ConsumerGroup,
     ConsumerMember,
     member_record,
-    metadata_record,
     partitions_of,
 )
 from rafka.shard.groups.core import Respond
@@ -87,6 +86,8 @@ class ClassicMembersMixin:
         def _write(self, records: list[Record], record: Record) -> None: ...
         def _merge_topics(self, group: ConsumerGroup, op: dict[str, Any]) -> bool: ...
         def _compute_target(self, group: ConsumerGroup, records: list[Record]) -> None: ...
+        def _advance_epoch(self, group: ConsumerGroup, op: dict[str, Any], records: list[Record],
+                           bump: bool) -> None: ...
         def _reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: Any) -> ConsumerMember: ...
         def _apply_reconciliation(self, group: ConsumerGroup, member: ConsumerMember, updated: ConsumerMember,
                                   records: list[Record]) -> None: ...
@@ -198,13 +199,7 @@ class ClassicMembersMixin:
                                                       or before["assignor"] is not None))
         if before is None or member.value() != before:
             self._write(records, member_record(group, member))
-        if self._merge_topics(group, op):
-            bump = True
-        if bump:
-            group.group_epoch += 1
-            self._write(records, metadata_record(group))
-        if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group, records)
+        self._advance_epoch(group, op, records, bump)
 
         current = group.members[member_id]
         updated = self._reconcile(group, current, names_to_ids(group, sub.owned_partitions))

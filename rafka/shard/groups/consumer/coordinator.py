@@ -403,16 +403,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
         if new_member or member.value() != before:
             self._write(records, member_record(group, member))
 
-        # -------------------------------------------------- topic metadata
-        if self._merge_topics(group, op):
-            bump = True
-        if bump:
-            group.group_epoch += 1
-            self._write(records, metadata_record(group))
-
-        # ---------------------------------------------------- target
-        if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group, records)
+        self._advance_epoch(group, op, records, bump)
 
         # ------------------------------------------------- reconciliation
         member = group.members[member.member_id]
@@ -477,6 +468,15 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
             self._fence_member(group, member_id, now_ms, records)
         return {"error_code": Errors.NONE, "error_message": None, "member_id": member_id, "member_epoch": epoch,
                 "heartbeat_interval": 0, "assignment": None}
+
+    def _advance_epoch(self, group: ConsumerGroup, op: dict[str, Any], records: list[Record], bump: bool) -> None:
+        """Bump the group epoch when membership, subscriptions or topic metadata changed, then
+        compute a new target assignment if the group epoch is ahead of it."""
+        if self._merge_topics(group, op) or bump:
+            group.group_epoch += 1
+            self._write(records, metadata_record(group))
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group, records)
 
     def _merge_topics(self, group: ConsumerGroup, op: dict[str, Any]) -> bool:
         """Fold the gateway's topic metadata into the group's snapshot; True if a subscribed topic changed."""
