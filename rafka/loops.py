@@ -13,6 +13,20 @@ def run(main: Coroutine[Any, Any, Any]) -> Any:
     return uvloop.run(main)
 
 
+def tune_gc() -> None:
+    """Freeze what start-up allocated and make young-generation collections rare.
+
+    A request allocates dozens of short-lived containers that reference counting
+    frees; with the default threshold (700 net allocations) the cyclic GC still ran
+    every few requests, scanning survivors each time (about a fifth of the gateway's
+    CPU under load). A threshold of 100,000 keeps it for real growth.
+    """
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+
+
 def set_process_name(name: str) -> None:
     """Name this process in ``ps``/``top`` (e.g. ``rafka-shard-3``)."""
     try:
@@ -45,4 +59,4 @@ def die_with_parent() -> None:
         pass
 
 
-__all__ = ["asyncio", "die_with_parent", "run", "set_process_name"]
+__all__ = ["asyncio", "die_with_parent", "run", "set_process_name", "tune_gc"]

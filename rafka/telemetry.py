@@ -11,8 +11,10 @@ The gateway passes W3C ``traceparent`` strings to shards in the rail envelope.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+from bisect import bisect_left
 from functools import lru_cache
 from typing import Any, Iterator
 
@@ -36,6 +38,80 @@ class _GatewayMetrics:
 @lru_cache(maxsize=None)
 def gateway_metrics() -> _GatewayMetrics:
     return _GatewayMetrics()
+
+
+class RequestTally:
+    """One label set's requests and latencies counted since the last flush."""
+
+    __slots__ = ("counter", "histogram", "bounds", "count", "total", "buckets")
+
+    def __init__(self, counter: Any, histogram: Any) -> None:
+        self.counter = counter
+        self.histogram = histogram
+        self.bounds = histogram._upper_bounds  # ends with +Inf
+        self.count = 0
+        self.total = 0.0
+        self.buckets = [0] * len(self.bounds)
+
+
+class RequestMeter:
+    """Request counts and latency histograms, written to Prometheus once per loop tick.
+
+    How this works: a Prometheus child costs a lock, a pid check and an mmap write per
+    ``inc``, and a histogram ``observe`` two of them; at thousands of requests per
+    second that was a tenth of a process's CPU. ``record`` only adds to plain
+    integers in a ``RequestTally``; ``flush``, scheduled once per event-loop tick,
+    adds each tally's totals to its counter and to the histogram's sum and buckets
+    (the same buckets ``observe`` picks: the first bound ≥ the value). A scrape
+    therefore never lags a reply by more than one tick.
+    """
+
+    def __init__(self, requests: Any, latency: Any) -> None:
+        self._requests = requests
+        self._latency = latency
+        self._tallies: dict[tuple[str, ...], RequestTally] = {}
+        self._dirty: list[RequestTally] = []
+
+    def tally(self, *labels: str) -> RequestTally:
+        t = self._tallies.get(labels)
+        if t is None:
+            t = self._tallies[labels] = RequestTally(self._requests.labels(*labels), self._latency.labels(*labels))
+        return t
+
+    def record(self, t: RequestTally, seconds: float) -> None:
+        if not t.count:
+            if not self._dirty:
+                try:
+                    asyncio.get_running_loop().call_soon(self.flush)
+                except RuntimeError:  # no loop: write through
+                    self._dirty.append(t)
+                    t.count, t.total = 1, seconds
+                    t.buckets[bisect_left(t.bounds, seconds)] += 1
+                    self.flush()
+                    return
+            self._dirty.append(t)
+        t.count += 1
+        t.total += seconds
+        t.buckets[bisect_left(t.bounds, seconds)] += 1
+
+    def flush(self) -> None:
+        dirty, self._dirty = self._dirty, []
+        for t in dirty:
+            t.counter.inc(t.count)
+            t.histogram._sum.inc(t.total)
+            buckets = t.buckets
+            for i, n in enumerate(buckets):
+                if n:
+                    t.histogram._buckets[i].inc(n)
+                    buckets[i] = 0
+            t.count, t.total = 0, 0.0
+
+
+@lru_cache(maxsize=None)
+def gateway_meter() -> RequestMeter:
+    """The gateway's per-API request counter and latency histogram."""
+    metrics = gateway_metrics()
+    return RequestMeter(metrics.requests, metrics.latency)
 
 
 @lru_cache(maxsize=None)

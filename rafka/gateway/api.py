@@ -62,38 +62,22 @@ class RequestContext:
     trace: str | None = None
 
 
-def _error_codes(resp: Any, out: list[int], depth: int = 0) -> None:
+def _error_codes(resp: dict[str, Any], out: list[int]) -> None:
     """Collect non-zero error codes anywhere in a response dict (for metrics)."""
-    if depth > 4:
-        return
-    if isinstance(resp, dict):
-        code = resp.get("error_code")
-        if code:
-            out.append(int(code))
-        for v in resp.values():
-            if isinstance(v, list) and v and isinstance(v[0], dict):
-                _error_codes(v, out, depth + 1)
-    elif isinstance(resp, list):
-        for item in resp:
-            _error_codes(item, out, depth + 1)
-
-
-_CHILDREN: dict[str, tuple[Any, Any]] = {}
-
-
-def _children(label: str) -> tuple[Any, Any]:
-    """The request counter and latency histogram of one API (labels resolved once)."""
-    pair = _CHILDREN.get(label)
-    if pair is None:
-        metrics = telemetry.gateway_metrics()
-        pair = _CHILDREN[label] = (metrics.requests.labels(label), metrics.latency.labels(label))
-    return pair
+    code = resp.get("error_code")
+    if code:
+        out.append(int(code))
+    for v in resp.values():
+        if type(v) is list and v and type(v[0]) is dict:
+            for item in v:
+                _error_codes(item, out)
 
 
 async def run(spec: ApiSpec, ctx: RequestContext, op: dict[str, Any]) -> dict[str, Any] | None:
     """Run ``spec``'s handler with metrics and a span around it."""
     label = spec.name
-    requests, latency = _children(label)
+    meter = telemetry.gateway_meter()
+    tally = meter.tally(label)
     start = time.perf_counter()
     with telemetry.gateway_span(label, ctx) as trace:
         ctx.trace = trace
@@ -103,8 +87,7 @@ async def run(spec: ApiSpec, ctx: RequestContext, op: dict[str, Any]) -> dict[st
             telemetry.gateway_metrics().errors.labels(label, "exception").inc()
             raise
         finally:
-            requests.inc()
-            latency.observe(time.perf_counter() - start)
+            meter.record(tally, time.perf_counter() - start)
     if resp is not None:
         codes: list[int] = []
         _error_codes(resp, codes)

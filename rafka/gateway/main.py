@@ -20,6 +20,7 @@ async def serve(cfg: Config) -> None:
     await router.start(wait_ready=5.0)
     gateway = Gateway(cfg, router)
     await gateway.start()
+    loops.tune_gc()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -139,7 +139,7 @@ class ShardRouter:
             if s.outbox:
                 batch, s.outbox = s.outbox, []
                 try:
-                    s.sock.send(pack(batch), zmq.NOBLOCK, copy=False)
+                    s.sock.send(pack(batch), zmq.NOBLOCK)
                     if s.pump:
                         s.pump.poke()
                 except zmq.ZMQError as exc:

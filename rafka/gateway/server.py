@@ -50,6 +50,7 @@ from rafka import telemetry
 from rafka.gateway import api as api_mod
 from rafka.gateway import auth, wirecheck
 from rafka.gateway.api import REGISTRY, RequestContext
+from rafka.gateway.inline import InlineRequest
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
 from rafka.protocol import codec, fastwrite
@@ -240,6 +241,7 @@ class KafkaConnection(asyncio.Protocol):
         self.last_active = time.monotonic()
         self._held: deque[bytes] = deque()  # frames waiting behind an unfinished SASL request
         self._sasl_pending = 0
+        self._answered = False  # a request finished during dispatch; its response awaits the write
         self._reading_paused = False
         self._writing_paused = False
         self._closed = False
@@ -303,7 +305,7 @@ class KafkaConnection(asyncio.Protocol):
             if self._closed:
                 return
             self.handle_frame(frame)
-        self._update_reading()
+        self._write_answered()
 
     # -- requests -----------------------------------------------------------
     def _must_wait(self) -> bool:
@@ -319,7 +321,15 @@ class KafkaConnection(asyncio.Protocol):
     def _release_held(self) -> None:
         while self._held and not self._closed and not self._must_wait():
             self._dispatch(self._held.popleft())
-        self._update_reading()
+        self._write_answered()
+
+    def _write_answered(self) -> None:
+        """Write the responses of requests answered during dispatch; update flow control."""
+        if self._answered:
+            self._answered = False
+            self._on_done(None)
+        else:
+            self._update_reading()
 
     def _dispatch(self, frame: bytes) -> None:
         state = self.auth
@@ -365,15 +375,17 @@ class KafkaConnection(asyncio.Protocol):
         if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
             context = contextvars.copy_context()
             context.run(_connection.set, self)
-            fut = asyncio.get_running_loop().create_task(self._run(spec, ctx, op), context=context)
             self._sasl_pending += 1
-            self.queue.append(fut)
-            fut.add_done_callback(self._on_done)
-            fut.add_done_callback(self._on_sasl_done)
-            return
-        fut = asyncio.ensure_future(self._run(spec, ctx, op))
+            fut = InlineRequest(self._run(spec, ctx, op), context)
+        else:
+            fut = InlineRequest(self._run(spec, ctx, op))
         self.queue.append(fut)
-        fut.add_done_callback(self._on_done)
+        if fut.done():
+            self._answered = True  # written once the whole burst has been dispatched
+        else:
+            fut.add_done_callback(self._on_done)
+        if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
+            fut.add_done_callback(self._on_sasl_done)  # after _on_done: the answer goes out first
 
     def _raw_sasl_token(self, frame: bytes) -> None:
         """After SaslHandshake v0 the client sends SASL tokens without Kafka headers."""
@@ -407,9 +419,9 @@ class KafkaConnection(asyncio.Protocol):
         fut: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
         fut.set_result(data)
         self.queue.append(fut)
-        self._on_done(fut)
+        self._answered = True
 
-    def _on_done(self, _fut: asyncio.Future[bytes | None]) -> None:
+    def _on_done(self, _fut: asyncio.Future[bytes | None] | None) -> None:
         """Write every finished response at the head of the queue, in order, with one write."""
         queue = self.queue
         transport = self.transport

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from rafka.telemetry import LATENCY_BUCKETS
+from rafka.telemetry import LATENCY_BUCKETS, RequestMeter, RequestTally
 
 MAX_PARTITION_SERIES = 5000
 
@@ -50,14 +50,11 @@ class ShardMetrics:
                                             buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
         self.up = Gauge("rafka_shard_loading", "1 while the shard replays its write-ahead log", ["shard"],
                         multiprocess_mode="livemax")
-        self._children: dict[str, tuple[Any, Any]] = {}
+        self.meter = RequestMeter(self.requests, self.latency)
 
-    def for_op(self, op: str) -> tuple[Any, Any]:
-        """(requests counter, latency histogram) children for ``op``, cached."""
-        child = self._children.get(op)
-        if child is None:
-            child = self._children[op] = (self.requests.labels(op, self.shard), self.latency.labels(op, self.shard))
-        return child
+    def for_op(self, op: str) -> RequestTally:
+        """The request count and latency tally of ``op`` (written once per loop tick)."""
+        return self.meter.tally(op, self.shard)
 
 
 class StateCollector(Collector):

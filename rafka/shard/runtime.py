@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import zmq
 
-from rafka import telemetry
+from rafka import loops, telemetry
 from rafka.rail import OP_NAMES, Op, SocketPump, Status, pack, unpack
 from rafka.shard.handlers import ShardState
 from rafka.shard.metrics import ShardMetrics
@@ -128,7 +128,8 @@ class ShardRuntime:
 
     def instrumented(self, name: str, trace: str | None, respond: Respond) -> Respond:
         """The one instrumentation wrapper: count, time and trace an op until it is answered."""
-        requests, latency = self.metrics.for_op(name)
+        tally = self.metrics.for_op(name)
+        meter = self.metrics.meter
         start = time.perf_counter()
         span = telemetry.start_shard_span(name, trace)
         self.current_span = span
@@ -137,8 +138,7 @@ class ShardRuntime:
 
         def respond_instrumented(payload: Any) -> None:
             self.inflight -= 1
-            requests.inc()
-            latency.observe(time.perf_counter() - start)
+            meter.record(tally, time.perf_counter() - start)
             code = payload.get("error_code") if isinstance(payload, dict) else None
             if code:
                 metrics.errors.labels(name, metrics.shard, str(code)).inc()
@@ -263,14 +263,14 @@ class ShardRuntime:
         count = 0
         # Replay allocates millions of long-lived objects: the cyclic GC would rescan them again
         # and again (half the replay time). Pause it, then freeze what was loaded so later
-        # collections skip it.
+        # collections skip it (``loops.tune_gc``).
         gc.disable()
         try:
             for count in self.state.recover():
                 await asyncio.sleep(0)  # let pings and LOADING answers through
         finally:
             gc.enable()
-            gc.freeze()
+            loops.tune_gc()
         self.loading = False
         if count:
             secs = time.perf_counter() - start

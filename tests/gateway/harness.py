@@ -144,7 +144,7 @@ class Driver:
                 await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
             for _ in range(3):  # done callbacks, close → connection_lost
                 await asyncio.sleep(0)
-            if not self.conn.inflight():
+            if self.conn.idle() or self.closed:  # answered and written, nothing held back
                 return
         raise AssertionError("requests still in flight")
 

@@ -1,0 +1,109 @@
+"""InlineRequest: a handler coroutine driven without an asyncio Task."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+
+from rafka.gateway.inline import InlineRequest
+
+var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="outer")
+
+
+def run(main) -> None:  # type: ignore[no-untyped-def]
+    asyncio.run(main())
+
+
+def test_a_handler_that_awaits_nothing_is_answered_during_construction() -> None:
+    async def handler() -> str:
+        return "done"
+
+    async def main() -> None:
+        req = InlineRequest(handler())
+        assert req.done() and req.result() == "done"
+
+    run(main)
+
+
+def test_a_handler_resumes_when_the_future_it_awaits_completes() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[int] = loop.create_future()
+        steps: list[str] = []
+
+        async def handler() -> int:
+            steps.append("sent")
+            value = await reply
+            steps.append("got")
+            await asyncio.sleep(0)  # a bare yield is resumed on the next loop pass
+            return value + 1
+
+        req = InlineRequest(handler())
+        assert steps == ["sent"] and not req.done()
+        reply.set_result(41)
+        assert await req == 42 and steps == ["sent", "got"]
+
+    run(main)
+
+
+def test_an_exception_reaches_the_handler_and_an_uncaught_one_ends_the_request() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        first: asyncio.Future[int] = loop.create_future()
+        second: asyncio.Future[int] = loop.create_future()
+
+        async def handler() -> None:
+            try:
+                await first
+            except KeyError:
+                pass
+            await second
+
+        req = InlineRequest(handler())
+        first.set_exception(KeyError("caught by the handler"))
+        await asyncio.sleep(0)
+        assert not req.done()
+        second.set_exception(ValueError("not caught"))
+        with pytest.raises(ValueError):
+            await req
+
+    run(main)
+
+
+def test_cancel_closes_the_coroutine_so_its_cleanup_runs() -> None:
+    async def main() -> None:
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        cleaned: list[bool] = []
+
+        async def handler() -> None:
+            try:
+                await never
+            finally:
+                cleaned.append(True)
+
+        req = InlineRequest(handler())
+        assert req.cancel() and req.cancelled() and cleaned == [True]
+        never.set_result(None)  # the late wake-up of a cancelled request is ignored
+        await asyncio.sleep(0)
+
+    run(main)
+
+
+def test_each_request_sees_its_own_context() -> None:
+    async def main() -> None:
+        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def handler() -> str:
+            var.set("inner")
+            await gate
+            return var.get()
+
+        ctx = contextvars.copy_context()
+        req = InlineRequest(handler(), ctx)
+        assert var.get() == "outer"  # the caller's context is untouched
+        gate.set_result(None)
+        assert await req == "inner" and ctx[var] == "inner"
+
+    run(main)
