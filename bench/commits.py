@@ -55,7 +55,7 @@ def _client(bootstrap: str, mode: str, seconds: float, out: "mp.Queue[int]") -> 
             while issued - done - failed < 256 and time.perf_counter() < end:
                 issued += 1
                 c.commit(offsets=[TopicPartition(topic, 0, issued)], asynchronous=True)
-            c.poll(0.0005)
+            c.poll(0.001)  # confluent-kafka rounds to whole ms: 0.0005 would busy-spin a core
         while done + failed < issued and time.perf_counter() < end + 10:
             c.poll(0.01)
     elapsed = time.perf_counter() - start

@@ -79,7 +79,7 @@ class ShardState:
     def register_replay(self, rtype: RecordType, replay: Callable[[Record], None]) -> None:
         self._replayers[rtype] = replay
 
-    def dispatch(self, op: Op, org_id: str, payload: Any, now_ms: int, respond: Respond, trace: str | None) -> None:
+    def dispatch(self, op: int, org_id: str, payload: Any, now_ms: int, respond: Respond, trace: str | None) -> None:
         handler = self.handlers.get(op)
         if handler is None:
             raise ValueError(f"shard has no handler for op {op!r}")

@@ -198,7 +198,7 @@ class ShardRuntime:
             return
         respond = self.instrumented(OP_NAMES.get(op, str(op)), trace, self.responder(ident, rid))
         try:
-            self.state.dispatch(Op(op), org_id, payload, self.now_ms(), respond, trace)
+            self.state.dispatch(op, org_id, payload, self.now_ms(), respond, trace)  # Op is an IntEnum: int keys match
         except Exception as exc:
             log.exception("op %s failed", op)
             self._outbox[ident].append([rid, int(Status.FAILED), f"{type(exc).__name__}: {exc}"])

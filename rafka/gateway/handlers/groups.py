@@ -23,16 +23,12 @@ from rafka.gateway.handlers.errors import Err, coordinator_error
 from rafka.rail import Op
 
 
-async def _call_group(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+async def _call_or_error(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
+    """Call the shard owning ``group_id``: (reply, 0), or (None, the coordinator error to answer)."""
     router = ctx.gateway.router
     payload["api_version"] = ctx.api_version
-    shard = router.shard_for_group(ctx.org_id, group_id)
-    return await router.call(shard, op, ctx.org_id, payload, ctx.trace)  # type: ignore[no-any-return]
-
-
-async def _call_or_error(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
     try:
-        return await _call_group(ctx, op, group_id, payload), 0
+        return await router.call(router.shard_for_group(ctx.org_id, group_id), op, ctx.org_id, payload, ctx.trace), 0
     except Exception as exc:
         return None, coordinator_error(exc)
 
