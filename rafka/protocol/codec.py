@@ -36,9 +36,8 @@ class DecodeError(Exception):
     """A frame could not be decoded."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RequestHeader:
-    """The parts of a request header rafka uses."""
+class RequestHeader(typing.NamedTuple):
+    """The parts of a request header rafka uses (a tuple: built once per request)."""
 
     api_key: int
     api_version: int
@@ -64,6 +63,9 @@ def read_uvarint(buf: bytes, pos: int, end: int | None = None) -> tuple[int, int
             raise DecodeError("varint too long")
 
 
+_CLIENT_IDS: dict[bytes, str] = {}  # a connection sends the same client id with every request
+
+
 def read_request_header(frame: bytes, flexible: bool) -> RequestHeader:
     """Parse a request header (v1, or v2 with tagged fields when ``flexible``)."""
     if len(frame) < 10:
@@ -75,7 +77,12 @@ def read_request_header(frame: bytes, flexible: bool) -> RequestHeader:
     if n >= 0:
         if pos + n > len(frame):
             raise DecodeError("truncated client_id")
-        client_id = frame[pos : pos + n].decode("utf-8", "replace")
+        raw = frame[pos : pos + n]
+        client_id = _CLIENT_IDS.get(raw)
+        if client_id is None:
+            if len(_CLIENT_IDS) >= 4096:
+                _CLIENT_IDS.clear()
+            client_id = _CLIENT_IDS[raw] = raw.decode("utf-8", "replace")
         pos += n
     if flexible:
         count, pos = read_uvarint(frame, pos)
