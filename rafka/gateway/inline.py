@@ -9,13 +9,16 @@ step runs from that future's done callback; a bare ``yield`` (``asyncio.sleep(0)
 is resumed on the next loop pass. Every step runs in the request's own copy of
 the context, as a Task's steps do. The future ends with the coroutine's result or
 exception; ``cancel()`` closes the coroutine, so its ``finally`` blocks run.
+``on_done``, when set, is called at once when a later step finishes the request
+(a done callback would wait for the next loop pass); a request finished during
+construction is the caller's to handle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import Any, Coroutine
+from typing import Any, Callable, Coroutine
 
 
 class InlineRequest(asyncio.Future):  # type: ignore[type-arg]
@@ -25,6 +28,7 @@ class InlineRequest(asyncio.Future):  # type: ignore[type-arg]
         super().__init__()
         self._coro = coro
         self._context = context if context is not None else contextvars.copy_context()
+        self.on_done: Callable[[InlineRequest], None] | None = None
         self._step()
 
     def _step(self, _awaited: Any = None) -> None:
@@ -46,6 +50,9 @@ class InlineRequest(asyncio.Future):  # type: ignore[type-arg]
             else:
                 awaited._asyncio_future_blocking = False
                 awaited.add_done_callback(self._step)
+            return
+        if self.on_done is not None:
+            self.on_done(self)
 
     def cancel(self, msg: Any = None) -> bool:
         if self.done():

@@ -74,6 +74,7 @@ class ShardRouter:
             sock.connect(ep)
             self._shards.append(_Shard(i, ep, sock))
         self._pinger: asyncio.Task[None] | None = None
+        self._owners: dict[tuple[Any, ...], int] = {}
 
     @property
     def shard_count(self) -> int:
@@ -81,13 +82,29 @@ class ShardRouter:
 
     def shard_for_group(self, org_id: str, group_id: str) -> int:
         """The shard owning group (or transactional id) ``group_id`` of ``org_id``."""
-        p = ids.coordinator_partition(org_id, group_id, self.partitions)
-        return ids.shard_for_partition(p, len(self._shards))
+        key = (org_id, group_id)
+        shard = self._owners.get(key)
+        if shard is None:
+            shard = ids.shard_for_partition(ids.coordinator_partition(org_id, group_id, self.partitions),
+                                            len(self._shards))
+            self._remember(key, shard)
+        return shard
 
     def shard_for_partition(self, org_id: str, topic: str, partition: int) -> int:
         """The shard owning the log of ``topic``/``partition``."""
-        p = ids.log_partition(org_id, topic, partition, self.partitions)
-        return ids.shard_for_partition(p, len(self._shards))
+        key = (org_id, topic, partition)
+        shard = self._owners.get(key)
+        if shard is None:
+            shard = ids.shard_for_partition(ids.log_partition(org_id, topic, partition, self.partitions),
+                                            len(self._shards))
+            self._remember(key, shard)
+        return shard
+
+    def _remember(self, key: tuple[Any, ...], shard: int) -> None:
+        """Cache an owner (the hash is a BLAKE2b per request otherwise); bounded, the map is static."""
+        if len(self._owners) >= 100_000:
+            self._owners.clear()
+        self._owners[key] = shard
 
     def shard_for_catalog(self, org_id: str) -> int:
         """The shard owning ``org_id``'s topic catalogue."""

@@ -242,6 +242,7 @@ class KafkaConnection(asyncio.Protocol):
         self._held: deque[bytes] = deque()  # frames waiting behind an unfinished SASL request
         self._sasl_pending = 0
         self._answered = False  # a request finished during dispatch; its response awaits the write
+        self._write_scheduled = False
         self._reading_paused = False
         self._writing_paused = False
         self._closed = False
@@ -327,7 +328,7 @@ class KafkaConnection(asyncio.Protocol):
         """Write the responses of requests answered during dispatch; update flow control."""
         if self._answered:
             self._answered = False
-            self._on_done(None)
+            self._write_ready()
         else:
             self._update_reading()
 
@@ -383,9 +384,9 @@ class KafkaConnection(asyncio.Protocol):
         if fut.done():
             self._answered = True  # written once the whole burst has been dispatched
         else:
-            fut.add_done_callback(self._on_done)
+            fut.on_done = self._on_done
         if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
-            fut.add_done_callback(self._on_sasl_done)  # after _on_done: the answer goes out first
+            fut.add_done_callback(self._on_sasl_done)
 
     def _raw_sasl_token(self, frame: bytes) -> None:
         """After SaslHandshake v0 the client sends SASL tokens without Kafka headers."""
@@ -399,6 +400,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _on_sasl_done(self, _fut: asyncio.Future[bytes | None]) -> None:
         self._sasl_pending -= 1
+        self._write_ready()  # the SASL answer goes out before anything held behind it runs
         if self._held and not self._closed:
             self._release_held()
 
@@ -421,8 +423,15 @@ class KafkaConnection(asyncio.Protocol):
         self.queue.append(fut)
         self._answered = True
 
-    def _on_done(self, _fut: asyncio.Future[bytes | None] | None) -> None:
+    def _on_done(self, _fut: asyncio.Future[bytes | None]) -> None:
+        """A request finished: write once this loop pass has finished the others due too."""
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_ready)
+
+    def _write_ready(self) -> None:
         """Write every finished response at the head of the queue, in order, with one write."""
+        self._write_scheduled = False
         queue = self.queue
         transport = self.transport
         out: list[bytes] = []
