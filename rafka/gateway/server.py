@@ -26,9 +26,10 @@ users. Limits: ``max_connections`` (new connections above it are closed),
 and no traffic for that long), ``max_inflight_per_connection`` (reading pauses)
 and ``max_request_bytes`` (the connection is closed); each hit logs a line
 (rate limited, except an oversized request, logged like other bad input) and
-counts ``rafka_gateway_limit_hits_total{limit}``. Before decoding, a request's
-lengths are bounds-checked (``wirecheck.py``): kio would otherwise abort the
-process on an absurd array count.
+counts ``rafka_gateway_limit_hits_total{limit}``. A request body is read straight
+into its op dict by ``protocol/fastread.py``, which refuses any length or array
+count that overruns the frame (kio, its fallback, runs only after ``wirecheck.py``
+has done the same: kio would otherwise abort the process on an absurd count).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from rafka.gateway.api import REGISTRY, RequestContext
 from rafka.gateway.inline import InlineRequest
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
-from rafka.protocol import codec, fastwrite
+from rafka.protocol import codec, fastread, fastwrite
 from rafka.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
 
 log = logging.getLogger("rafka.gateway")
@@ -366,9 +367,7 @@ class KafkaConnection(asyncio.Protocol):
         req_cls = codec.request_class(api_key, version)
         try:
             header = codec.read_request_header(frame, req_cls.__header_schema__.__flexible__)  # type: ignore[union-attr]
-            wirecheck.check_body(req_cls, frame, header.body_offset)  # before kio: it aborts on absurd counts
-            body = codec.decode_request(req_cls, frame, header.body_offset)  # type: ignore[arg-type]
-            op = codec.to_op(body)
+            op = fastread.decode_request(req_cls, frame, header.body_offset)  # type: ignore[arg-type]
         except (codec.DecodeError, wirecheck.WireError) as exc:
             self.bad_input("body", str(exc))
             return
