@@ -49,12 +49,12 @@ from prometheus_client import Counter
 
 from rafka import telemetry
 from rafka.gateway import api as api_mod
-from rafka.gateway import auth, wirecheck
+from rafka.gateway import auth
 from rafka.gateway.api import REGISTRY, RequestContext
 from rafka.gateway.inline import InlineRequest
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
-from rafka.protocol import codec, fastread, fastwrite
+from rafka.protocol import codec, fastread, fastwrite, wirecheck
 from rafka.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
 
 log = logging.getLogger("rafka.gateway")

@@ -41,7 +41,7 @@ from kio.serial._introspect import (
 from kio.serial._parse import get_reader
 from kio.serial.errors import SerialError
 
-from rafka.protocol import codec
+from rafka.protocol import codec, wirecheck
 from rafka.protocol.codec import DecodeError, read_uvarint, to_op
 
 _TD64 = (2**63 - 1) // 1000  # kio keeps timedelta_i64 milliseconds whose microseconds fit an int64
@@ -118,8 +118,6 @@ def _op_default(v: Any) -> Any:
 
 def _old_path(cls: type, frame: bytes, offset: int) -> dict[str, Any]:
     """The gateway's old three steps, for the inputs they read differently from each other."""
-    from rafka.gateway import wirecheck
-
     try:
         wirecheck.check_body(cls, frame, offset)
     except wirecheck.WireError as exc:

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.serial import entity_writer
 
-from rafka.gateway import handlers, wirecheck  # noqa: F401  (handlers fills the registry)
+from rafka.gateway import handlers  # noqa: F401  (fills the registry)
 from rafka.gateway.api import REGISTRY
-from rafka.protocol import codec, fastread
+from rafka.protocol import codec, fastread, wirecheck
 from tests.protocol.strategies import entities
 
 SERVED = [(s.key, v) for s in REGISTRY.values() for v in range(s.min_version, s.max_version + 1)]

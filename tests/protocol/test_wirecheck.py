@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
-from rafka.gateway import handlers, wirecheck  # noqa: F401  (handlers fills the registry)
+from rafka.gateway import handlers  # noqa: F401  (fills the registry)
+from rafka.protocol import wirecheck
 from rafka.gateway.api import REGISTRY
 from rafka.protocol import codec
 from tests.gateway.harness import Driver, make_gateway
