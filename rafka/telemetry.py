@@ -71,6 +71,7 @@ class RequestMeter:
         self._latency = latency
         self._tallies: dict[tuple[str, ...], RequestTally] = {}
         self._dirty: list[RequestTally] = []
+        self._scheduled = False
 
     def tally(self, *labels: str) -> RequestTally:
         t = self._tallies.get(labels)
@@ -80,31 +81,28 @@ class RequestMeter:
 
     def record(self, t: RequestTally, seconds: float) -> None:
         if not t.count:
-            if not self._dirty:
-                try:
-                    asyncio.get_running_loop().call_soon(self.flush)
-                except RuntimeError:  # no loop: write through
-                    self._dirty.append(t)
-                    t.count, t.total = 1, seconds
-                    t.buckets[bisect_left(t.bounds, seconds)] += 1
-                    self.flush()
-                    return
             self._dirty.append(t)
         t.count += 1
         t.total += seconds
         t.buckets[bisect_left(t.bounds, seconds)] += 1
+        if not self._scheduled:
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+                self._scheduled = True
+            except RuntimeError:  # no loop: write through
+                self.flush()
 
     def flush(self) -> None:
+        self._scheduled = False
         dirty, self._dirty = self._dirty, []
         for t in dirty:
-            t.counter.inc(t.count)
-            t.histogram._sum.inc(t.total)
-            buckets = t.buckets
+            count, total, buckets = t.count, t.total, t.buckets
+            t.count, t.total, t.buckets = 0, 0.0, [0] * len(buckets)  # reset first: a failed write loses, never repeats
+            t.counter.inc(count)
+            t.histogram._sum.inc(total)
             for i, n in enumerate(buckets):
                 if n:
                     t.histogram._buckets[i].inc(n)
-                    buckets[i] = 0
-            t.count, t.total = 0, 0.0
 
 
 @lru_cache(maxsize=None)

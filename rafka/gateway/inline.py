@@ -8,7 +8,10 @@ at once, inside ``data_received``; when the coroutine awaits a future, the next
 step runs from that future's done callback; a bare ``yield`` (``asyncio.sleep(0)``)
 is resumed on the next loop pass. Every step runs in the request's own copy of
 the context, as a Task's steps do. The future ends with the coroutine's result or
-exception; ``cancel()`` closes the coroutine, so its ``finally`` blocks run.
+exception; ``cancel()`` works as a Task's: the awaited future is cancelled and the
+coroutine gets ``CancelledError`` at its ``await``, so its ``finally`` blocks run.
+Unlike a Task, a handler has no current task: ``asyncio.timeout()`` and
+``TaskGroup`` are not available to handlers (``asyncio.wait_for`` is, on 3.11).
 ``on_done``, when set, is called at once when a later step finishes the request
 (a done callback would wait for the next loop pass); a request finished during
 construction is the caller's to handle.
@@ -28,14 +31,21 @@ class InlineRequest(asyncio.Future):  # type: ignore[type-arg]
         super().__init__()
         self._coro = coro
         self._context = context if context is not None else contextvars.copy_context()
+        self._waiting: asyncio.Future[Any] | None = None  # what the coroutine awaits
+        self._must_cancel = False
         self.on_done: Callable[[InlineRequest], None] | None = None
         self._step()
 
     def _step(self, _awaited: Any = None) -> None:
         if self.done():
             return
+        self._waiting = None
         try:
-            awaited = self._context.run(self._coro.send, None)
+            if self._must_cancel:
+                self._must_cancel = False
+                awaited = self._context.run(self._coro.throw, asyncio.CancelledError())
+            else:
+                awaited = self._context.run(self._coro.send, None)
         except StopIteration as stop:
             super().set_result(stop.value)
         except asyncio.CancelledError:
@@ -49,16 +59,21 @@ class InlineRequest(asyncio.Future):  # type: ignore[type-arg]
                 self.get_loop().call_soon(self._step)
             else:
                 awaited._asyncio_future_blocking = False
+                self._waiting = awaited
                 awaited.add_done_callback(self._step)
+                if self._must_cancel and awaited.cancel():  # cancelled during this step
+                    self._must_cancel = False
             return
         if self.on_done is not None:
             self.on_done(self)
 
     def cancel(self, msg: Any = None) -> bool:
+        """Cancel like a Task: the awaited future is cancelled, so the coroutine gets
+        ``CancelledError`` at its ``await`` on its next step (its cleanup runs there)."""
         if self.done():
             return False
-        try:
-            self._context.run(self._coro.close)
-        except RuntimeError:  # cancelled from inside its own step: the context is entered
-            self._coro.close()
-        return super().cancel(msg)
+        waiting = self._waiting
+        if waiting is not None and waiting.cancel():
+            return True
+        self._must_cancel = True  # the next step throws CancelledError in
+        return True

@@ -101,8 +101,11 @@ class ShardRouter:
         return shard
 
     def _remember(self, key: tuple[Any, ...], shard: int) -> None:
-        """Cache an owner (the hash is a BLAKE2b per request otherwise); bounded, the map is static."""
-        if len(self._owners) >= 100_000:
+        """Cache an owner (the hash is a BLAKE2b per request otherwise). The map never changes;
+        the cache is bounded in entries and skips long names, so a client cannot pin memory."""
+        if len(key[1]) > 255 or len(key[0]) > 255:
+            return
+        if len(self._owners) >= 50_000:
             self._owners.clear()
         self._owners[key] = shard
 
@@ -156,7 +159,7 @@ class ShardRouter:
             if s.outbox:
                 batch, s.outbox = s.outbox, []
                 try:
-                    s.sock.send(pack(batch), zmq.NOBLOCK)
+                    s.sock.send(pack(batch), zmq.NOBLOCK, copy=False)  # pyzmq copies below 64 KiB anyway
                     if s.pump:
                         s.pump.poke()
                 except zmq.ZMQError as exc:

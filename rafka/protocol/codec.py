@@ -80,9 +80,11 @@ def read_request_header(frame: bytes, flexible: bool) -> RequestHeader:
         raw = frame[pos : pos + n]
         client_id = _CLIENT_IDS.get(raw)
         if client_id is None:
-            if len(_CLIENT_IDS) >= 4096:
-                _CLIENT_IDS.clear()
-            client_id = _CLIENT_IDS[raw] = raw.decode("utf-8", "replace")
+            client_id = raw.decode("utf-8", "replace")
+            if n <= 255:  # a long id is decoded each time rather than pinned in memory
+                if len(_CLIENT_IDS) >= 4096:
+                    _CLIENT_IDS.clear()
+                _CLIENT_IDS[raw] = client_id
         pos += n
     if flexible:
         count, pos = read_uvarint(frame, pos)

@@ -72,21 +72,44 @@ def test_an_exception_reaches_the_handler_and_an_uncaught_one_ends_the_request()
     run(main)
 
 
-def test_cancel_closes_the_coroutine_so_its_cleanup_runs() -> None:
+def test_cancel_cancels_what_the_handler_awaits_and_its_cleanup_runs() -> None:
     async def main() -> None:
-        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        reply: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        cleaned: list[str] = []
+
+        async def handler() -> None:
+            try:
+                await reply
+            except asyncio.CancelledError:
+                cleaned.append("cancelled")
+                raise
+            finally:
+                cleaned.append("finally")
+
+        req = InlineRequest(handler())
+        assert req.cancel() and reply.cancelled()  # a late shard reply finds its future done
+        await asyncio.sleep(0)
+        assert req.cancelled() and cleaned == ["cancelled", "finally"]
+
+    run(main)
+
+
+def test_cancel_between_steps_throws_cancelled_error_in() -> None:
+    async def main() -> None:
         cleaned: list[bool] = []
 
         async def handler() -> None:
             try:
-                await never
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
             finally:
                 cleaned.append(True)
 
         req = InlineRequest(handler())
-        assert req.cancel() and req.cancelled() and cleaned == [True]
-        never.set_result(None)  # the late wake-up of a cancelled request is ignored
-        await asyncio.sleep(0)
+        assert req.cancel()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert req.cancelled() and cleaned == [True]
 
     run(main)
 
