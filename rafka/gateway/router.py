@@ -85,9 +85,7 @@ class ShardRouter:
         key = (org_id, group_id)
         shard = self._owners.get(key)
         if shard is None:
-            shard = ids.shard_for_partition(ids.coordinator_partition(org_id, group_id, self.partitions),
-                                            len(self._shards))
-            self._remember(key, shard)
+            shard = self._remember(key, ids.coordinator_partition(org_id, group_id, self.partitions))
         return shard
 
     def shard_for_partition(self, org_id: str, topic: str, partition: int) -> int:
@@ -95,19 +93,19 @@ class ShardRouter:
         key = (org_id, topic, partition)
         shard = self._owners.get(key)
         if shard is None:
-            shard = ids.shard_for_partition(ids.log_partition(org_id, topic, partition, self.partitions),
-                                            len(self._shards))
-            self._remember(key, shard)
+            shard = self._remember(key, ids.log_partition(org_id, topic, partition, self.partitions))
         return shard
 
-    def _remember(self, key: tuple[Any, ...], shard: int) -> None:
-        """Cache an owner (the hash is a BLAKE2b per request otherwise). The map never changes;
-        the cache is bounded in entries and skips long names, so a client cannot pin memory."""
-        if len(key[1]) > 255 or len(key[0]) > 255:
-            return
-        if len(self._owners) >= 50_000:
-            self._owners.clear()
-        self._owners[key] = shard
+    def _remember(self, key: tuple[Any, ...], partition: int) -> int:
+        """The shard of coordinator ``partition``, cached for ``key`` (the hash is a BLAKE2b
+        otherwise). The map never changes; the cache is bounded in entries and skips long
+        names, so a client cannot pin memory."""
+        shard = ids.shard_for_partition(partition, len(self._shards))
+        if len(key[0]) <= 255 and len(key[1]) <= 255:
+            if len(self._owners) >= 50_000:
+                self._owners.clear()
+            self._owners[key] = shard
+        return shard
 
     def shard_for_catalog(self, org_id: str) -> int:
         """The shard owning ``org_id``'s topic catalogue."""

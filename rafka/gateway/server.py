@@ -54,7 +54,7 @@ from rafka.gateway.api import REGISTRY, RequestContext
 from rafka.gateway.inline import InlineRequest
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
-from rafka.protocol import codec, fastread, fastwrite, wirecheck
+from rafka.protocol import codec, fastread, fastwrite
 from rafka.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
 
 log = logging.getLogger("rafka.gateway")
@@ -368,23 +368,23 @@ class KafkaConnection(asyncio.Protocol):
         try:
             header = codec.read_request_header(frame, req_cls.__header_schema__.__flexible__)  # type: ignore[union-attr]
             op = fastread.decode_request(req_cls, frame, header.body_offset)  # type: ignore[arg-type]
-        except (codec.DecodeError, wirecheck.WireError) as exc:
+        except codec.DecodeError as exc:
             self.bad_input("body", str(exc))
             return
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, self.client_host, self.org_id, self.gw)
-        if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
+        sasl = api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE
+        context = None
+        if sasl:
             context = contextvars.copy_context()
             context.run(_connection.set, self)
             self._sasl_pending += 1
-            fut = InlineRequest(self._run(spec, ctx, op), context)
-        else:
-            fut = InlineRequest(self._run(spec, ctx, op))
+        fut = InlineRequest(self._run(spec, ctx, op), context)
         self.queue.append(fut)
         if fut.done():
             self._answered = True  # written once the whole burst has been dispatched
         else:
             fut.on_done = self._on_done
-        if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
+        if sasl:
             fut.add_done_callback(self._on_sasl_done)
 
     def _raw_sasl_token(self, frame: bytes) -> None:
