@@ -8,6 +8,9 @@ need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
+command -v go >/dev/null 2>&1 || need+=(golang-go)
+[ -d /usr/share/gocode/src/github.com/Shopify/sarama ] || need+=(golang-github-shopify-sarama-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
@@ -15,4 +18,5 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 python3 -m pip install -q -e '.[test]'
+npm ci --prefix tests/clients/kafkajs --no-audit --no-fund --loglevel=error
 exec python3 -m pytest "$@"
