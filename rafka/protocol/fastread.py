@@ -9,8 +9,10 @@ runs of fixed-size fields are one ``struct.unpack_from`` that also takes the fir
 of the field after them (a compact length or count, whose one-byte case is inlined);
 every array count that cannot fit in the bytes left is refused, as wirecheck does.
 Values follow kio's reader (bools only 0 or 1, a zero uuid is None, strict UTF-8, null
-refused where the schema forbids it, unknown tagged fields refused, trailing bytes
-ignored) in ``to_op``'s form (timedeltas as int ms, arrays as lists, structs as dicts).
+refused where the schema forbids it, trailing bytes ignored) in ``to_op``'s form
+(timedeltas as int ms, arrays as lists, structs as dicts). Unknown tagged fields are
+skipped, as Kafka's generated readers skip them (kio refuses them): a newer client
+may send tags this broker's schemas do not have.
 A tagged field shorter than its declared size, the one input the old steps read from
 different places, goes to the old path. ``tests/protocol/test_fastread.py`` checks the
 dicts against ``to_op`` of kio's entity for every API and version served.
@@ -95,11 +97,17 @@ def _count(buf: bytes, pos: int, end: int, size: int, nullable: bool, name: str)
     return n - 1, pos
 
 
-def _no_tags(buf: bytes, pos: int, end: int) -> int:
-    """The tagged fields of a struct that has none: kio refuses any."""
-    n, pos = read_uvarint(buf, pos, end)
-    if n:
-        _bad("unknown tagged field")
+def _skip_tags(buf: bytes, pos: int, end: int) -> int:
+    """The tagged fields of a struct that knows none: each is skipped, as Kafka does."""
+    count, pos = read_uvarint(buf, pos, end)
+    if count > end - pos:
+        _bad(f"{count} tagged fields cannot fit in the bytes left")
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos, end)
+        size, pos = read_uvarint(buf, pos, end)
+        pos += size
+        if pos > end:
+            _bad(f"tagged field {tag} runs past the end of the request")
     return pos
 
 
@@ -137,7 +145,7 @@ class _Gen:
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {
             "_bad": _bad, "_count": _count, "_check_count": _check_count, "_uvarint": read_uvarint,
-            "_compact": _compact, "_no_tags": _no_tags, "_DecodeError": DecodeError, "_Diverge": _Diverge,
+            "_compact": _compact, "_skip_tags": _skip_tags, "_DecodeError": DecodeError, "_Diverge": _Diverge,
             "_BOOL": (False, True), "_ERRORS": frozenset(int(e.value) for e in ErrorCode), "_ZERO": bytes(16),
             "_UUID": uuid.UUID, "_unpack": struct.unpack_from,
             "_INVALID": (IndexError, ValueError, OverflowError, struct.error, SerialError)}
@@ -270,7 +278,7 @@ class _Gen:
             t, stop, count = f"tag{d}", f"tstop{d}", f"tc{d}"
             loop = [f"{t}, pos = _uvarint(buf, pos, end)", "n, pos = _uvarint(buf, pos, end)", f"{stop} = pos + n",
                     f"if {stop} > end: _bad(f'tagged field {{{t}}} runs past the end of the request')",
-                    *tags, f"else: _bad(f'unknown tagged field {{{t}}}')",
+                    *tags, f"else: pos = {stop}",  # an unknown tag: skipped
                     f"if pos > {stop}: _bad(f'tagged field {{{t}}} runs past its size')",
                     f"if pos < {stop}: raise _Diverge"]  # kio reads on from the value's end, wirecheck from its size
             body += [f"if {first} == 0: pos += 1", *_block("else:", [
@@ -278,7 +286,7 @@ class _Gen:
                 f"if {count} > end - pos: _bad(f'{{{count}}} tagged fields cannot fit in the bytes left')",
                 *_block(f"for _ in range({count}):", loop)])]
         elif flexible:
-            body += [f"if {first}: pos = _no_tags(buf, pos, end)", "else: pos += 1"]
+            body += [f"if {first}: pos = _skip_tags(buf, pos, end)", "else: pos += 1"]
         self.mins[cls] = smallest
         return body or ["pass"], "{" + ", ".join(items) + "}"
 
