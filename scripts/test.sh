@@ -10,6 +10,7 @@ command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
 command -v go >/dev/null 2>&1 || need+=(golang-go)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)  # cgo: Sarama's zstd codec
 [ -d /usr/share/gocode/src/github.com/Shopify/sarama ] || need+=(golang-github-shopify-sarama-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -1,7 +1,8 @@
 """The data plane: Produce, Fetch, ListOffsets, DeleteRecords, InitProducerId.
 
 Version notes:
-- Produce 3–11: one v2 record batch per partition; acks=0 gets no response.
+- Produce 3–11: one v2 record batch per partition; acks=0 gets no response; zstd
+  batches below v7 get UNSUPPORTED_COMPRESSION_TYPE, as in Kafka (KIP-110).
 - Fetch 4–17: v13+ names topics by id; a fetch spanning several shards parks on
   each shard, and when the first one answers with data the gateway cancels the
   others so a record produced during the wait is delivered at once, not after
@@ -25,6 +26,7 @@ from typing import Any
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, partition_error
 from rafka.gateway.handlers.topics import topic_cache
+from rafka.protocol.records import CompressionType, CorruptRecordError, split_batches
 from rafka.rail import Op
 
 _fetch_ids = itertools.count(1)
@@ -60,6 +62,14 @@ async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], 
     return out
 
 
+def _has_zstd(records: bytes) -> bool:
+    """Whether a v2 batch in ``records`` is zstd-compressed (attributes' low byte is byte 22)."""
+    try:
+        return any(len(b) > 22 and b[16] == 2 and b[22] & 0x07 == CompressionType.ZSTD for b in split_batches(records))
+    except CorruptRecordError:
+        return False  # the shard refuses the framing with CORRUPT_MESSAGE
+
+
 @api(0, 3, 11, "data.produce")
 async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | None:
     acks = req["acks"]
@@ -76,7 +86,11 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
             if info is None or not 0 <= p["index"] < info["partitions"]:
                 errors[key] = Err.UNKNOWN_TOPIC_OR_PARTITION if info else missing
                 continue
-            parts.append({"topic": t["name"], "partition": p["index"], "records": p.get("records") or b"",
+            records = p.get("records") or b""
+            if ctx.api_version < 7 and _has_zstd(records):
+                errors[key] = Err.UNSUPPORTED_COMPRESSION_TYPE
+                continue
+            parts.append({"topic": t["name"], "partition": p["index"], "records": records,
                           "topic_id": info.get("topic_id"), "configs": info.get("configs") or {}})
     answers = await _split_call(ctx, Op.PRODUCE, parts, {"acks": acks, "timeout_ms": req.get("timeout", 0)}) if parts else {}
     if acks == 0:
