@@ -43,6 +43,7 @@ class Op(IntEnum):
     CREATE_PARTITIONS = 22
     LIST_TOPICS = 23
     DESCRIBE_CONFIGS = 24
+    ALTER_CONFIGS = 25
     PRODUCE = 30
     FETCH = 31
     FETCH_CANCEL = 32
@@ -50,6 +51,7 @@ class Op(IntEnum):
     DELETE_RECORDS = 34
     INIT_PRODUCER_ID = 35
     DELETE_PARTITIONS = 36
+    UPDATE_CONFIGS = 37
     TXN_INIT_PRODUCER_ID = 40
     TXN_ADD_PARTITIONS = 41
     TXN_ADD_OFFSETS = 42
@@ -82,6 +84,7 @@ OP_NAMES: dict[int, str] = {
     Op.CREATE_PARTITIONS: "topic.create-partitions",
     Op.LIST_TOPICS: "topic.list",
     Op.DESCRIBE_CONFIGS: "topic.describe-configs",
+    Op.ALTER_CONFIGS: "topic.alter-configs",
     Op.PRODUCE: "data.produce",
     Op.FETCH: "data.fetch",
     Op.FETCH_CANCEL: "data.fetch-cancel",
@@ -89,6 +92,7 @@ OP_NAMES: dict[int, str] = {
     Op.DELETE_RECORDS: "data.delete-records",
     Op.INIT_PRODUCER_ID: "data.init-producer-id",
     Op.DELETE_PARTITIONS: "data.delete-partitions",
+    Op.UPDATE_CONFIGS: "data.update-configs",
     Op.TXN_INIT_PRODUCER_ID: "txn.init-producer-id",
     Op.TXN_ADD_PARTITIONS: "txn.add-partitions",
     Op.TXN_ADD_OFFSETS: "txn.add-offsets",

@@ -61,7 +61,8 @@ class DataPlane:
         """Register this plane's ops and record types on ``state``."""
         for op, fn in [(Op.LIST_TOPICS, self.list_topics), (Op.CREATE_TOPIC, self.create_topics),
                        (Op.DELETE_TOPIC, self.delete_topics), (Op.CREATE_PARTITIONS, self.create_partitions),
-                       (Op.DESCRIBE_CONFIGS, self.describe_configs), (Op.PRODUCE, self.produce),
+                       (Op.DESCRIBE_CONFIGS, self.describe_configs), (Op.ALTER_CONFIGS, self.alter_configs),
+                       (Op.UPDATE_CONFIGS, self.update_configs), (Op.PRODUCE, self.produce),
                        (Op.FETCH, self.fetch), (Op.FETCH_CANCEL, self.fetch_cancel),
                        (Op.LIST_OFFSETS, self.list_offsets), (Op.DELETE_RECORDS, self.delete_records),
                        (Op.DELETE_PARTITIONS, self.delete_partitions), (Op.INIT_PRODUCER_ID, self.init_producer_id)]:
@@ -121,7 +122,17 @@ class DataPlane:
         respond(plain(self.catalog.describe_configs(org_id, op["name"], op.get("configuration_keys"))))
         return []
 
+    def alter_configs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        records, resp = self.catalog.alter_configs(org_id, op)
+        respond(plain(resp))
+        return records
+
     # -- logs ---------------------------------------------------------------
+    def update_configs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        records, resp = self.logs.update_configs(org_id, op)
+        respond(plain(resp))
+        return records
+
     def produce(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         records, resp = self.logs.produce(org_id, op, now_ms)
         respond(plain(resp))

@@ -12,7 +12,7 @@ import uuid
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.integration.clients import create_topic
 from tests.integration.conftest import Rafka
@@ -240,6 +240,52 @@ def test_topic_admin(rafka: Rafka) -> None:
     admin.delete_topics([topic])[topic].result(10)
     time.sleep(1.2)  # gateway topic cache TTL
     assert topic not in admin.list_topics(timeout=10).topics
+
+
+def test_topic_configs_altered_apply_at_once_and_survive_a_crash(fresh_rafka: Rafka) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": fresh_rafka.bootstrap})
+    topic = _name("t")
+    create_topic(fresh_rafka.bootstrap, topic, 2)
+
+    def alter(resource_type: ResourceType, name: str, *entries: ConfigEntry) -> None:
+        res = ConfigResource(resource_type, name, incremental_configs=list(entries))
+        admin.incremental_alter_configs([res])[res].result(10)
+
+    def described() -> dict[str, tuple[str, bool]]:
+        res = ConfigResource(ResourceType.TOPIC, topic)
+        return {k: (v.value, v.is_default) for k, v in admin.describe_configs([res])[res].result(10).items()}
+
+    def produce(size: int) -> KafkaError | None:
+        p = Producer({"bootstrap.servers": fresh_rafka.bootstrap, "message.max.bytes": 100_000})
+        errors: list[KafkaError | None] = []
+        p.produce(topic, b"x" * size, partition=0, on_delivery=lambda err, _m: errors.append(err))
+        p.flush(10)
+        return errors[0]
+
+    SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
+    alter(ResourceType.TOPIC, topic, ConfigEntry("retention.ms", "60000", incremental_operation=SET))
+    assert produce(5000) is None
+    alter(ResourceType.TOPIC, topic, ConfigEntry("max.message.bytes", "2000", incremental_operation=SET),
+          ConfigEntry("retention.ms", None, incremental_operation=DELETE))
+    configs = described()
+    assert configs["max.message.bytes"] == ("2000", False) and configs["retention.ms"] == ("604800000", True)
+    assert produce(5000).code() == KafkaError.MSG_SIZE_TOO_LARGE, "the new limit applies at once"
+    assert produce(100) is None
+
+    with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+        alter(ResourceType.TOPIC, topic, ConfigEntry("retention.ms", "soon", incremental_operation=SET))
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+        alter(ResourceType.TOPIC, _name("none"), ConfigEntry("retention.ms", "5", incremental_operation=SET))
+    with pytest.raises(KafkaException, match="INVALID_REQUEST"):
+        alter(ResourceType.BROKER, "0", ConfigEntry("num.partitions", "5", incremental_operation=SET))
+    assert described() == configs, "refused alterations change nothing"
+
+    fresh_rafka.kill_all()
+    fresh_rafka.start()
+    assert described() == configs, "acknowledged config changes are in the write-ahead log"
+    assert produce(5000).code() == KafkaError.MSG_SIZE_TOO_LARGE
 
 
 def test_oversized_size_prefix_while_consumer_commits(rafka: Rafka) -> None:

@@ -78,6 +78,8 @@ def test_admin_partitions_configs_records_and_offsets(rafka: Rafka) -> None:
     assert (r["brokers"], r["controller"]) == (1, 0)
     assert r["duplicate"] is False, "creating an existing topic reports that nothing was created"
     assert ["retention.ms", "3600000"] in r["configs"], "the config given at creation is described back"
+    assert r["altered"] == [["retention.ms", "604800000", True], ["segment.ms", "60000", False]], \
+        "AlterConfigs replaced the overrides: retention.ms is back to its default"
     # six records on partition 0 (partition 1 was added by createPartitions), records before 2 deleted
     assert r["byTime"] == [{"partition": 0, "offset": "0"}, {"partition": 1, "offset": "0"}]
     assert r["afterDelete"] == [{"partition": 0, "offset": "6", "high": "6", "low": "2"},

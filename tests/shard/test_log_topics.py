@@ -220,6 +220,68 @@ def test_describe_configs_defaults_sources_and_unknown_topic(ctx: Ctx) -> None:
     assert ctx.catalog.describe_configs(ORG, "x")["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
 
 
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def alter(ctx: Ctx, *configs: tuple[str, int, str | None], incremental: bool = True, **op: Any) -> dict[str, Any]:
+    return ctx.run("alter_configs", ORG, {"name": "t", "configs": [list(c) for c in configs],
+                                          "incremental": incremental, **op})
+
+
+def test_incremental_alter_configs_sets_and_deletes_overrides(ctx: Ctx) -> None:
+    ctx.create("t", 4, configs={"retention.ms": "1000", "segment.ms": "5000"})
+    resp = alter(ctx, ("max.message.bytes", SET, "2000"), ("retention.ms", DELETE, None))
+    assert resp == {"error_code": Errors.NONE, "error_message": None, "partitions": 4,
+                    "configs": {"segment.ms": "5000", "max.message.bytes": "2000"}}
+    assert ctx.catalog.topic(ORG, "t").configs == {"segment.ms": "5000", "max.message.bytes": "2000"}
+    assert ctx.catalog.topic(ORG, "t").topic_id == uuid.UUID(int=1), "the topic keeps its id"
+    assert alter(ctx, ("retention.ms", DELETE, None))["error_code"] == Errors.NONE  # deleting an absent override
+    assert ctx.log[-1].value["configs"] == {"segment.ms": "5000", "max.message.bytes": "2000"}
+
+
+def test_alter_configs_replaces_every_override(ctx: Ctx) -> None:
+    ctx.create("t", configs={"retention.ms": "1000"})
+    assert alter(ctx, ("segment.ms", SET, "60000"), incremental=False)["configs"] == {"segment.ms": "60000"}
+    assert alter(ctx, incremental=False)["configs"] == {}
+
+
+def test_append_and_subtract_only_for_list_configs(ctx: Ctx) -> None:
+    ctx.create("t")
+    assert alter(ctx, ("cleanup.policy", APPEND, "delete"))["configs"] == {"cleanup.policy": "delete"}
+    resp = alter(ctx, ("cleanup.policy", APPEND, "compact"))
+    assert resp["error_code"] == Errors.INVALID_CONFIG and "not supported" in resp["error_message"]
+    assert alter(ctx, ("cleanup.policy", SUBTRACT, "delete"))["error_code"] == Errors.INVALID_CONFIG  # empty policy
+    resp = alter(ctx, ("retention.ms", APPEND, "5"))
+    assert (resp["error_code"], resp["error_message"]) == (
+        Errors.INVALID_CONFIG, "Config value append is not allowed for config key: retention.ms")
+
+
+@pytest.mark.parametrize(("configs", "code"), [
+    ([("no.such", SET, "1")], Errors.INVALID_CONFIG),
+    ([("no.such", DELETE, None)], Errors.INVALID_CONFIG),
+    ([("retention.ms", SET, "soon")], Errors.INVALID_CONFIG),
+    ([("segment.bytes", SET, "10")], Errors.INVALID_CONFIG),  # below Kafka 4's minimum
+    ([("retention.ms", SET, None)], Errors.INVALID_CONFIG),
+    ([("retention.ms", SET, "1"), ("retention.ms", SET, "2")], Errors.INVALID_REQUEST),
+    ([("retention.ms", 7, "1")], Errors.INVALID_REQUEST),
+])
+def test_invalid_alterations_change_nothing(ctx: Ctx, configs: list[tuple[str, int, str | None]], code: int) -> None:
+    ctx.create("t", configs={"retention.ms": "1000"})
+    written = len(ctx.log)
+    resp = alter(ctx, *configs)
+    assert resp["error_code"] == code and resp["error_message"]
+    assert len(ctx.log) == written and ctx.catalog.topic(ORG, "t").configs == {"retention.ms": "1000"}
+
+
+def test_validate_only_and_unknown_topic_write_nothing(ctx: Ctx) -> None:
+    ctx.create("t")
+    written = len(ctx.log)
+    assert alter(ctx, ("retention.ms", SET, "5"), validate_only=True)["error_code"] == Errors.NONE
+    assert len(ctx.log) == written and ctx.catalog.topic(ORG, "t").configs == {}
+    resp = ctx.run("alter_configs", ORG, {"name": "x", "configs": [], "incremental": True})
+    assert resp["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+
 def test_describe_topics_for_metadata(ctx: Ctx) -> None:
     ctx.create("b", 2)
     ctx.create("a", 1)

@@ -4,6 +4,10 @@ Version notes:
 - Metadata 0–12: v0 an empty topic list means all topics, v1+ null means all;
   v4+ ``allow_auto_topic_creation``; v10+ topic ids. The gateway is the only broker,
   the controller and every partition's leader.
+- IncrementalAlterConfigs 0–1 and AlterConfigs 0–2 change topic configs: the
+  catalogue validates and stores the overrides, then the shards owning the topic's
+  partitions apply them to the logs (retention, segment rolling, the size limit; a
+  shard that is down gets them with the next produce). Broker configs are static.
 The catalogue of an organisation is owned by the shard of ``stable_hash(org_id,
 "\\0topics")``, so every gateway sees the same topics.
 """
@@ -230,6 +234,60 @@ BROKER_CONFIGS = {
     "offsets.retention.minutes": lambda c: str(c.offsets_retention_minutes),
     "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
 }
+
+
+async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], incremental: bool,
+                         validate_only: bool) -> list[dict[str, Any]]:
+    """One AlterConfigsResourceResponse per resource, in request order."""
+    import asyncio
+    from collections import Counter
+
+    seen = Counter((r["resource_type"], r["resource_name"]) for r in resources)
+
+    async def one(r: dict[str, Any]) -> dict[str, Any]:
+        rtype, name = r["resource_type"], r["resource_name"]
+        out = {"resource_type": rtype, "resource_name": name, "error_code": Err.NONE, "error_message": None}
+        if seen[(rtype, name)] > 1:
+            return {**out, "error_code": Err.INVALID_REQUEST, "error_message": "Error due to duplicate resources"}
+        if rtype == 4:  # BROKER: set in rafka's own config
+            if r["configs"]:
+                names = ", ".join(c["name"] for c in r["configs"])
+                return {**out, "error_code": Err.INVALID_REQUEST,
+                        "error_message": f"Cannot update these configs dynamically: {names}"}
+            return out
+        if rtype != 2:
+            return {**out, "error_code": Err.INVALID_REQUEST,
+                    "error_message": f"AlterConfigs is only supported for topics and brokers, but resource type is {rtype}"}
+        payload = {"name": name, "incremental": incremental, "validate_only": validate_only,
+                   "configs": [[c["name"], c.get("config_operation", 0), c.get("value")] for c in r["configs"]]}
+        try:
+            resp = await catalog_call(ctx, Op.ALTER_CONFIGS, payload)
+        except Exception:
+            return {**out, "error_code": Err.REQUEST_TIMED_OUT, "error_message": "the topic catalogue is unavailable"}
+        if resp["error_code"] or validate_only:
+            return {**out, "error_code": resp["error_code"], "error_message": resp.get("error_message")}
+        router = ctx.gateway.router
+        by_shard: dict[int, list[int]] = {}
+        for p in range(resp["partitions"]):
+            by_shard.setdefault(router.shard_for_partition(ctx.org_id, name, p), []).append(p)
+        await asyncio.gather(*(router.call(s, Op.UPDATE_CONFIGS, ctx.org_id,
+                                           {"topic": name, "configs": resp["configs"], "partitions": ps}, ctx.trace)
+                               for s, ps in by_shard.items()), return_exceptions=True)
+        return out
+
+    results = await asyncio.gather(*(one(r) for r in resources))
+    topic_cache(ctx).invalidate(ctx.org_id)
+    return list(results)
+
+
+@api(44, 0, 1, "kafka.incremental-alter-configs")
+async def incremental_alter_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": await _alter_configs(ctx, req["resources"], True, req["validate_only"])}
+
+
+@api(33, 0, 2, "kafka.alter-configs")
+async def alter_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": await _alter_configs(ctx, req["resources"], False, req["validate_only"])}
 
 
 @api(32, 1, 4, "kafka.describe-configs")

@@ -1,7 +1,7 @@
 """The topic catalogue of an organisation: names, ids, partition counts, configs.
 
 How this works: one shard owns an org's catalogue; gateways ask it to create,
-delete, grow and describe topics. The handlers are pure: they validate in the
+delete, grow, describe and reconfigure topics. The handlers are pure: they validate in the
 order Kafka's controller does (name, duplicate in request, existence, '.'/'_'
 collision, replication factor, partition count, configs) and return ``TOPIC``
 records (key ``(org, name)``, value ``{id, partitions, configs, created_ms}``, or
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rafka.shard.log.config import InvalidConfigError, describe, normalize_overrides
+from rafka.shard.log.config import CONFIG_DEFS, InvalidConfigError, describe, normalize_overrides
 from rafka.shard.log.errors import Errors
 from rafka.shard.records import Record, RecordType
 
@@ -327,6 +327,50 @@ class TopicCatalog:
             results.append({"name": name, "error_code": code, "error_message": msg})
         return records, {"topics": results}
 
+    def alter_configs(self, org_id: str, op: dict[str, Any]) -> Result:
+        """IncrementalAlterConfigs (``incremental``) or AlterConfigs for one topic.
+
+        ``op = {name, configs: [[key, operation, value]], incremental, validate_only}``;
+        operations SET 0, DELETE 1, APPEND 2, SUBTRACT 3 (APPEND/SUBTRACT only for list
+        configs: cleanup.policy). AlterConfigs replaces every override with the given set.
+        Response ``{error_code, error_message, configs}`` (the topic's overrides after).
+        """
+        name = op["name"]
+        info = self.topic(org_id, name)
+        if info is None:
+            return [], _alter_error(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        keys = [c[0] for c in op["configs"]]
+        if len(set(keys)) != len(keys):
+            return [], _alter_error(Errors.INVALID_REQUEST, "Error due to duplicate config keys")
+        configs = dict(info.configs) if op.get("incremental") else {}
+        for key, operation, value in op["configs"]:
+            if key not in CONFIG_DEFS:
+                return [], _alter_error(Errors.INVALID_CONFIG, f"Unknown topic config name: {key}")
+            if operation == 0:
+                configs[key] = value
+            elif operation == 1:
+                configs.pop(key, None)
+            elif operation in (2, 3):
+                if key != "cleanup.policy":
+                    verb = "append" if operation == 2 else "subtract"
+                    return [], _alter_error(Errors.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {key}")
+                current = [v for v in configs.get(key, CONFIG_DEFS[key][0]).split(",") if v]
+                given = [v.strip() for v in (value or "").split(",") if v.strip()]
+                kept = current + [v for v in given if v not in current] if operation == 2 else \
+                    [v for v in current if v not in given]
+                configs[key] = ",".join(kept)
+            else:
+                return [], _alter_error(Errors.INVALID_REQUEST, f"Unknown alter configs operation {operation}")
+        try:
+            configs = normalize_overrides(configs)
+        except InvalidConfigError as exc:
+            return [], _alter_error(Errors.INVALID_CONFIG, str(exc))
+        records = []
+        if not op.get("validate_only") and configs != info.configs:
+            records.append(TopicInfo(info.name, info.topic_id, info.partitions, configs, info.created_ms).record(org_id))
+        return records, {"error_code": Errors.NONE, "error_message": None, "configs": configs,
+                         "partitions": info.partitions}
+
     # ----------------------------------------------------------------- replay
 
     def replay(self, record: Record) -> None:
@@ -349,6 +393,10 @@ class TopicCatalog:
             self._collisions[(org_id, _collision_key(name))] = name
         elif not topics:
             del self._topics[org_id]
+
+
+def _alter_error(code: Errors, message: str) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "configs": None, "partitions": 0}
 
 
 def _config_map(configs: Any) -> dict[str, Any]:

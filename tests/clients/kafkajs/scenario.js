@@ -187,6 +187,9 @@ async function admin(kafka) {
   const c = await member(kafka, groupId, topic, seen);
   await until('4 records from the reset offsets', () => seen.length >= 4);
   await c.consumer.disconnect();
+  // AlterConfigs replaces the topic's overrides with the given set
+  await admin.alterConfigs({ validateOnly: false, resources: [{ type: 2, name: topic, configEntries: [{ name: 'segment.ms', value: '60000' }] }] });
+  const altered = await admin.describeConfigs({ resources: [{ type: 2, name: topic, configNames: ['retention.ms', 'segment.ms'] }] });
   await admin.deleteTopics({ topics: [topic] });
   const topics = await admin.listTopics();
   await admin.disconnect();
@@ -195,6 +198,7 @@ async function admin(kafka) {
     brokers: cluster.brokers.length, controller: cluster.controller, duplicate,
     byTime: sort(byTime), afterDelete: sort(afterDelete),
     configs: configs.resources[0].configEntries.map((e) => [e.configName, e.configValue]).sort(),
+    altered: altered.resources[0].configEntries.map((e) => [e.configName, e.configValue, e.isDefault]).sort(),
     set: sort(set[0].partitions), reset: sort(reset[0].partitions),
     seen: seen.map((m) => [m.partition, m.offset]).sort(), deletedTopicListed: topics.includes(topic),
   };
