@@ -11,11 +11,12 @@ command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v npm >/dev/null 2>&1 || need+=(nodejs npm)
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)  # cgo: Sarama's zstd codec
+[ -f /usr/include/stdio.h ] || need+=(libc6-dev)
 [ -d /usr/share/gocode/src/github.com/Shopify/sarama ] || need+=(golang-github-shopify-sarama-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 python3 -m pip install -q -e '.[test]'

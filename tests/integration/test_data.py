@@ -288,6 +288,43 @@ def test_topic_configs_altered_apply_at_once_and_survive_a_crash(fresh_rafka: Ra
     assert produce(5000).code() == KafkaError.MSG_SIZE_TOO_LARGE
 
 
+def test_alter_configs_refusals_match_kafka(rafka: Rafka) -> None:
+    topic, other = _name("t"), _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    create_topic(rafka.bootstrap, other, 1)
+
+    def resource(rtype: int, name: str, *configs: tuple[str, int, str | None]) -> dict[str, object]:
+        return {"resource_type": rtype, "resource_name": name,
+                "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in configs]}
+
+    resources = [
+        resource(2, topic, ("retention.ms", 0, None)),  # SET with a null value
+        resource(4, "7", ("num.partitions", 0, "3")),  # another broker's id
+        resource(4, "", ("num.partitions", 0, "3")),  # a static broker config
+        resource(2, "", ("retention.ms", 0, "5")),  # the default topic resource
+        resource(32, "some-group", ("consumer.session.timeout.ms", 0, "50000")),
+        resource(2, "dup", ("retention.ms", 0, "5")), resource(2, "dup", ("retention.ms", 0, "6")),
+        resource(2, other, ("retention.ms", 1, None), ("min.insync.replicas", 1, None)),  # deletes: fine
+    ]
+    with RawClient("127.0.0.1", rafka.port) as c:
+        resp = c.request(44, 1, {"resources": resources, "validate_only": False})
+        legacy = c.request(33, 2, {"resources": [{"resource_type": 2, "resource_name": topic,
+                                                  "configs": [{"name": "retention.ms", "value": None}]}],
+                                   "validate_only": False})
+    got = [(r["error_code"], r["error_message"]) for r in resp["responses"]]
+    assert got == [
+        (42, "Null value not supported for : retention.ms"),
+        (42, "Unexpected broker id, expected 0 or empty string, but received 7"),
+        (42, "Cannot update these configs dynamically: num.partitions"),
+        (42, "Default topic resources are not allowed."),
+        (42, "AlterConfigs is only supported for topics and brokers, but resource type is 32"),
+        (42, "Each resource must appear at most once."), (42, "Each resource must appear at most once."),
+        (0, None),
+    ]
+    assert [(r["error_code"], r["error_message"]) for r in legacy["responses"]] == [
+        (42, "Null value not supported for : retention.ms")]
+
+
 def test_oversized_size_prefix_while_consumer_commits(rafka: Rafka) -> None:
     """Raw-socket abuse does not disturb a real client committing in a loop."""
     topic = _name("t")

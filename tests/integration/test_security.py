@@ -206,6 +206,25 @@ def test_organisations_are_isolated(secure: SecureRafka) -> None:
     admins["acme"].delete_consumer_groups(["acme-only-group"])["acme-only-group"].result(timeout=10)
 
 
+def test_topic_configs_are_altered_only_within_the_organisation(secure: SecureRafka) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    acme = AdminClient(conf(secure, "alice", "alice-pw", "PLAIN"))
+    globex = AdminClient(conf(secure, "bob-admin", "bob-admin-pw", "PLAIN"))
+    topic = f"globex-{uuid.uuid4().hex[:8]}"
+    globex.create_topics([NewTopic(topic, 1, 1, config={"retention.ms": "60000"})])[topic].result(timeout=15)
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as exc:
+        acme.incremental_alter_configs([res])[res].result(timeout=10)
+    assert exc.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, "another organisation's topic does not exist"
+    legacy = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.ms": "1000"})
+    with pytest.raises(KafkaException):
+        acme.alter_configs([legacy])[legacy].result(timeout=10)
+    described = ConfigResource(ResourceType.TOPIC, topic)
+    assert globex.describe_configs([described])[described].result(timeout=10)["retention.ms"].value == "60000"
+
+
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_wrong_password_fails_authentication(secure: SecureRafka, mechanism: str) -> None:
     errors: list[KafkaError] = []

@@ -257,6 +257,30 @@ def test_update_configs_lowers_retention_without_new_data(ctx: Ctx) -> None:
     assert ctx.offsets(-2) == (1, -1)
 
 
+def test_older_configs_never_replace_newer_ones(ctx: Ctx) -> None:
+    """A produce may carry a gateway's cached configs after an AlterConfigs reached the log."""
+    old = {"retention.ms": "604800000"}
+    ctx.put(batch(ts=0), configs=old, config_version=0)
+    records, _ = ctx.manager.update_configs(ORG, {"topic": "t", "configs": {"retention.ms": "1000"}, "config_version": 1})
+    ctx.apply(records)
+    assert ctx.put(batch(ts=0), configs=old, config_version=0)["error_code"] == Errors.NONE
+    assert all("configs" not in r.value for r in ctx.records[-1:]), "the stale copy is not written"
+    assert ctx.manager.update_configs(ORG, {"topic": "t", "configs": old, "config_version": 0})[0] == []
+    assert ctx.manager.update_configs(ORG, {"topic": "t", "configs": {"retention.ms": "1000"}, "config_version": 1})[0] == []
+    ctx.apply(ctx.manager.retention(10**8))
+    assert ctx.offsets(-2) == (2, -1), "retention.ms 1000 still applies: both batches are gone"
+    rebuilt = LogManager(0)  # and a restart replays to the same configs
+    for r in ctx.records:
+        rebuilt.replay(r)
+    log = rebuilt.logs[(ORG, "t", 0)]
+    assert (log.overrides, log.config_version) == ({"retention.ms": "1000"}, 1)
+    # a newer version arriving with a produce is taken and applies to it; an older one is not
+    assert ctx.put(batch(size=500), configs={"max.message.bytes": "300"}, config_version=2)["error_code"] \
+        == Errors.MESSAGE_TOO_LARGE
+    assert ctx.put(batch(size=100), configs={"max.message.bytes": "300"}, config_version=2)["error_code"] == Errors.NONE
+    assert ctx.put(batch(size=500), configs=old, config_version=0)["error_code"] == Errors.MESSAGE_TOO_LARGE
+
+
 def test_delete_partitions_and_recreated_topic_starts_afresh(ctx: Ctx) -> None:
     ctx.put(batch(3), topic_id="id-1")
     ctx.put(batch(), partition=1, topic_id="id-1")

@@ -26,7 +26,7 @@ from typing import Any
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, partition_error
 from rafka.gateway.handlers.topics import topic_cache
-from rafka.protocol.records import CompressionType, CorruptRecordError, split_batches
+from rafka.protocol.records import CompressionType
 from rafka.rail import Op
 
 _fetch_ids = itertools.count(1)
@@ -62,12 +62,10 @@ async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], 
     return out
 
 
-def _has_zstd(records: bytes) -> bool:
-    """Whether a v2 batch in ``records`` is zstd-compressed (attributes' low byte is byte 22)."""
-    try:
-        return any(len(b) > 22 and b[16] == 2 and b[22] & 0x07 == CompressionType.ZSTD for b in split_batches(records))
-    except CorruptRecordError:
-        return False  # the shard refuses the framing with CORRUPT_MESSAGE
+def _zstd(records: bytes) -> bool:
+    """Whether the (first) v2 batch is zstd-compressed: attributes' low byte is byte 22. Kafka
+    looks at the first batch only; a second batch is refused anyway (INVALID_RECORD)."""
+    return len(records) > 22 and records[16] == 2 and records[22] & 0x07 == CompressionType.ZSTD
 
 
 @api(0, 3, 11, "data.produce")
@@ -87,11 +85,12 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
                 errors[key] = Err.UNKNOWN_TOPIC_OR_PARTITION if info else missing
                 continue
             records = p.get("records") or b""
-            if ctx.api_version < 7 and _has_zstd(records):
+            if ctx.api_version < 7 and _zstd(records):
                 errors[key] = Err.UNSUPPORTED_COMPRESSION_TYPE
                 continue
             parts.append({"topic": t["name"], "partition": p["index"], "records": records,
-                          "topic_id": info.get("topic_id"), "configs": info.get("configs") or {}})
+                          "topic_id": info.get("topic_id"), "configs": info.get("configs") or {},
+                          "config_version": info.get("config_version", 0)})
     answers = await _split_call(ctx, Op.PRODUCE, parts, {"acks": acks, "timeout_ms": req.get("timeout", 0)}) if parts else {}
     if acks == 0:
         return None

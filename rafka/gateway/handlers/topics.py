@@ -21,6 +21,7 @@ from typing import Any
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, coordinator_error
 from rafka.gateway.handlers.kafka import CLUSTER_ID, broker
+from rafka.gateway.router import ShardUnavailable
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway")
@@ -236,6 +237,25 @@ BROKER_CONFIGS = {
 }
 
 
+def _alter_refusal(r: dict[str, Any], incremental: bool, node_id: int) -> str | None:
+    """Why Kafka's broker refuses resource ``r`` before its controller sees it (INVALID_REQUEST), or None."""
+    rtype, name = r["resource_type"], r["resource_name"]
+    for c in r["configs"]:
+        if c.get("value") is None and (not incremental or c.get("config_operation", 0) != 1):  # DELETE takes none
+            return f"Null value not supported for : {c['name']}"
+    if rtype == 4:  # BROKER: rafka's broker configs are set in its own config file
+        if name not in ("", str(node_id)):
+            return f"Unexpected broker id, expected {node_id} or empty string, but received {name}"
+        if r["configs"]:
+            return f"Cannot update these configs dynamically: {', '.join(c['name'] for c in r['configs'])}"
+        return None
+    if rtype != 2:
+        return f"AlterConfigs is only supported for topics and brokers, but resource type is {rtype}"
+    if not name:
+        return "Default topic resources are not allowed."
+    return None
+
+
 async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], incremental: bool,
                          validate_only: bool) -> list[dict[str, Any]]:
     """One AlterConfigsResourceResponse per resource, in request order."""
@@ -247,37 +267,35 @@ async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], i
     async def one(r: dict[str, Any]) -> dict[str, Any]:
         rtype, name = r["resource_type"], r["resource_name"]
         out = {"resource_type": rtype, "resource_name": name, "error_code": Err.NONE, "error_message": None}
-        if seen[(rtype, name)] > 1:
-            return {**out, "error_code": Err.INVALID_REQUEST, "error_message": "Error due to duplicate resources"}
-        if rtype == 4:  # BROKER: set in rafka's own config
-            if r["configs"]:
-                names = ", ".join(c["name"] for c in r["configs"])
-                return {**out, "error_code": Err.INVALID_REQUEST,
-                        "error_message": f"Cannot update these configs dynamically: {names}"}
+        refusal = "Each resource must appear at most once." if seen[(rtype, name)] > 1 else \
+            _alter_refusal(r, incremental, ctx.gateway.node_id)
+        if refusal is not None:
+            return {**out, "error_code": Err.INVALID_REQUEST, "error_message": refusal}
+        if rtype == 4:
             return out
-        if rtype != 2:
-            return {**out, "error_code": Err.INVALID_REQUEST,
-                    "error_message": f"AlterConfigs is only supported for topics and brokers, but resource type is {rtype}"}
         payload = {"name": name, "incremental": incremental, "validate_only": validate_only,
                    "configs": [[c["name"], c.get("config_operation", 0), c.get("value")] for c in r["configs"]]}
         try:
             resp = await catalog_call(ctx, Op.ALTER_CONFIGS, payload)
-        except Exception:
+        except ShardUnavailable:
             return {**out, "error_code": Err.REQUEST_TIMED_OUT, "error_message": "the topic catalogue is unavailable"}
         if resp["error_code"] or validate_only:
             return {**out, "error_code": resp["error_code"], "error_message": resp.get("error_message")}
+        topic_cache(ctx).invalidate(ctx.org_id)  # produces carry the new configs from now on
+        # the logs take them at once too (the retention of a partition nobody produces to)
         router = ctx.gateway.router
         by_shard: dict[int, list[int]] = {}
         for p in range(resp["partitions"]):
             by_shard.setdefault(router.shard_for_partition(ctx.org_id, name, p), []).append(p)
-        await asyncio.gather(*(router.call(s, Op.UPDATE_CONFIGS, ctx.org_id,
-                                           {"topic": name, "configs": resp["configs"], "partitions": ps}, ctx.trace)
-                               for s, ps in by_shard.items()), return_exceptions=True)
+        update = {"topic": name, "configs": resp["configs"], "config_version": resp["config_version"]}
+        results = await asyncio.gather(*(router.call(s, Op.UPDATE_CONFIGS, ctx.org_id, {**update, "partitions": ps},
+                                                     ctx.trace) for s, ps in by_shard.items()), return_exceptions=True)
+        if any(isinstance(res, BaseException) for res in results):
+            return {**out, "error_code": Err.REQUEST_TIMED_OUT,
+                    "error_message": "the configs are stored but some partitions' shards did not answer; retry to apply them"}
         return out
 
-    results = await asyncio.gather(*(one(r) for r in resources))
-    topic_cache(ctx).invalidate(ctx.org_id)
-    return list(results)
+    return list(await asyncio.gather(*(one(r) for r in resources)))
 
 
 @api(44, 0, 1, "kafka.incremental-alter-configs")

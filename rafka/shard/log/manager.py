@@ -11,11 +11,11 @@ also how a restart rebuilds every log from the write-ahead log. Read handlers
 
 Records (key ``(org, topic, partition)`` unless noted):
 
-* ``PARTITION_BATCH`` ``{batch, append_ms, roll[, configs][, topic_id]}``: one
-  batch with its base offset already stamped, so replay re-appends it exactly.
+* ``PARTITION_BATCH`` ``{batch, append_ms, roll[, configs, config_version][, topic_id]}``:
+  one batch with its base offset already stamped, so replay re-appends it exactly.
   ``configs``/``topic_id`` appear when the produce op carried values the log
   did not have yet.
-* ``PARTITION_TRUNCATE`` ``{log_start_offset[, configs]}``: DeleteRecords or
+* ``PARTITION_TRUNCATE`` ``{log_start_offset[, configs, config_version]}``: DeleteRecords or
   retention moved the log start (or configs changed); ``None`` drops the log
   (topic deleted).
 * ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
@@ -28,7 +28,9 @@ records like any other) for the partitions where a producer has an open
 transaction — see ``rafka.shard.txn``.
 
 Partition logs learn their topic's configs (and topic id) from the ops, because
-the catalogue lives on another shard. A partition nobody produced to reads as an
+the catalogue lives on another shard; the catalogue numbers each set of configs, and a
+log keeps the newest (a produce may carry a gateway's cached, older copy after an
+AlterConfigs reached the log). A partition nobody produced to reads as an
 empty log. A produce op whose ``topic_id`` differs from the log's (the topic was
 deleted and created again) starts the log afresh. ``appended_partitions`` tells
 the runtime which partitions got data, to wake parked fetches.
@@ -209,8 +211,9 @@ class LogManager:
         existing = self.logs.get(key)
         reset = existing is not None and self.log(*key, topic_id=tid) is None
         log = existing if existing is not None and not reset else _EMPTY
-        configs = p.get("configs")
-        config = LogConfig.from_overrides(configs, validate=False) if configs is not None else log.config
+        configs, version = p.get("configs"), p.get("config_version", 0)
+        adopt = log.newer_configs(configs, version)
+        config = LogConfig.from_overrides(configs, validate=False) if adopt else log.config
         try:
             batches = split_batches(p["records"])
         except CorruptRecordError as exc:
@@ -239,8 +242,8 @@ class LogManager:
             return [], ok
         records = [Record(RecordType.PARTITION_TRUNCATE, key, None)] if reset else []
         first = plan.values[0]
-        if configs is not None and dict(configs) != log.overrides:
-            first["configs"] = dict(configs)
+        if adopt:
+            first["configs"], first["config_version"] = dict(configs), version  # type: ignore[arg-type]
         if tid is not None and tid != log.topic_id:
             first["topic_id"] = tid
         records += [Record(RecordType.PARTITION_BATCH, key, v) for v in plan.values]
@@ -301,13 +304,17 @@ class LogManager:
     def update_configs(self, org_id: str, op: dict[str, Any]) -> Result:
         """Give existing logs of ``topic`` new config overrides (e.g. a lowered retention.ms).
 
-        ``op = {topic, configs, partitions: [int] | None}``; response ``{partitions: [updated]}``.
+        ``op = {topic, configs, config_version, partitions: [int] | None}``; response
+        ``{partitions: [updated]}``. Logs that already have these or newer configs are left alone.
         """
         topic, configs, wanted = op["topic"], dict(op.get("configs") or {}), op.get("partitions")
+        version = op.get("config_version", 0)
         records = [
-            Record(RecordType.PARTITION_TRUNCATE, k, {"log_start_offset": log.log_start_offset, "configs": configs})
+            Record(RecordType.PARTITION_TRUNCATE, k,
+                   {"log_start_offset": log.log_start_offset, "configs": configs, "config_version": version})
             for k, log in sorted(self.logs.items())
-            if k[0] == org_id and k[1] == topic and (wanted is None or k[2] in wanted) and log.overrides != configs
+            if k[0] == org_id and k[1] == topic and (wanted is None or k[2] in wanted)
+            and log.newer_configs(configs, version)
         ]
         return records, {"partitions": [r.key[2] for r in records]}
 
@@ -374,7 +381,7 @@ class LogManager:
         if "topic_id" in value:
             log.topic_id = value["topic_id"]
         if "configs" in value:
-            log.set_overrides(value["configs"])
+            log.set_overrides(value["configs"], value.get("config_version", 0))
         log.apply_batch(value)
 
     def _replay_truncate(self, key: PartitionKey, value: dict[str, Any] | None) -> None:
@@ -385,5 +392,5 @@ class LogManager:
         if log is None:
             log = self.logs[key] = PartitionLog()
         if "configs" in value:
-            log.set_overrides(value["configs"])
+            log.set_overrides(value["configs"], value.get("config_version", 0))
         log.apply_log_start(value["log_start_offset"])

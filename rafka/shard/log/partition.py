@@ -104,6 +104,7 @@ class PartitionLog:
     def __init__(self, topic_id: str | None = None, overrides: dict[str, str] | None = None) -> None:
         self.topic_id = topic_id
         self.overrides: dict[str, str] = dict(overrides or {})
+        self.config_version = 0  # the catalogue's version of ``overrides``: older ones never replace newer
         self.config = LogConfig.from_overrides(self.overrides, validate=False)
         self.log_start_offset = 0
         self.segments: list[Segment] = [Segment(0)]
@@ -150,10 +151,18 @@ class PartitionLog:
         """Bytes held in all segments."""
         return sum(s.size for s in self.segments)
 
-    def set_overrides(self, overrides: dict[str, str]) -> None:
+    def set_overrides(self, overrides: dict[str, str], version: int) -> None:
         """Adopt the topic's config overrides (replay only)."""
         self.overrides = dict(overrides)
+        self.config_version = version
         self.config = LogConfig.from_overrides(self.overrides, validate=False)
+
+    def newer_configs(self, overrides: dict[str, str] | None, version: int) -> bool:
+        """Whether the catalogue's ``overrides`` at ``version`` should replace this log's: a produce
+        or an update may carry an older copy (a gateway's cache) after a newer one arrived."""
+        if overrides is None:
+            return False
+        return version > self.config_version or (version == self.config_version and dict(overrides) != self.overrides)
 
     # ----------------------------------------------------------------- append
 

@@ -69,6 +69,7 @@ class TopicInfo:
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
     created_ms: int = 0
+    config_version: int = 0  # +1 at every alteration: partition logs keep the newest configs
 
     def record(self, org_id: str) -> Record:
         """The ``TOPIC`` record that (re)creates this topic on replay."""
@@ -77,6 +78,7 @@ class TopicInfo:
             "partitions": self.partitions,
             "configs": dict(self.configs),
             "created_ms": self.created_ms,
+            "config_version": self.config_version,
         }
         return Record(RecordType.TOPIC, (org_id, self.name), value)
 
@@ -322,7 +324,7 @@ class TopicCatalog:
             else:
                 code, msg = Errors.NONE, None
                 if not op.get("validate_only"):
-                    grown = TopicInfo(info.name, info.topic_id, count, info.configs, info.created_ms)
+                    grown = TopicInfo(info.name, info.topic_id, count, info.configs, info.created_ms, info.config_version)
                     records.append(grown.record(org_id))
             results.append({"name": name, "error_code": code, "error_message": msg})
         return records, {"topics": results}
@@ -333,7 +335,8 @@ class TopicCatalog:
         ``op = {name, configs: [[key, operation, value]], incremental, validate_only}``;
         operations SET 0, DELETE 1, APPEND 2, SUBTRACT 3 (APPEND/SUBTRACT only for list
         configs: cleanup.policy). AlterConfigs replaces every override with the given set.
-        Response ``{error_code, error_message, configs}`` (the topic's overrides after).
+        Response ``{error_code, error_message, configs, config_version, partitions}`` (the
+        topic's overrides after, and their version). Null values are the gateway's to refuse.
         """
         name = op["name"]
         info = self.topic(org_id, name)
@@ -345,6 +348,8 @@ class TopicCatalog:
         configs = dict(info.configs) if op.get("incremental") else {}
         for key, operation, value in op["configs"]:
             if key not in CONFIG_DEFS:
+                if operation == 1:
+                    continue  # Kafka: deleting a config the topic cannot have changes nothing
                 return [], _alter_error(Errors.INVALID_CONFIG, f"Unknown topic config name: {key}")
             if operation == 0:
                 configs[key] = value
@@ -367,9 +372,13 @@ class TopicCatalog:
             return [], _alter_error(Errors.INVALID_CONFIG, str(exc))
         records = []
         if not op.get("validate_only") and configs != info.configs:
-            records.append(TopicInfo(info.name, info.topic_id, info.partitions, configs, info.created_ms).record(org_id))
+            version = info.config_version + 1
+            records.append(TopicInfo(info.name, info.topic_id, info.partitions, configs, info.created_ms,
+                                     version).record(org_id))
+        else:
+            version = info.config_version
         return records, {"error_code": Errors.NONE, "error_message": None, "configs": configs,
-                         "partitions": info.partitions}
+                         "config_version": version, "partitions": info.partitions}
 
     # ----------------------------------------------------------------- replay
 
@@ -386,7 +395,8 @@ class TopicCatalog:
         if record.value is not None:
             v = record.value
             info = TopicInfo(
-                name, uuid.UUID(v["id"]), v["partitions"], dict(v.get("configs") or {}), v.get("created_ms", 0)
+                name, uuid.UUID(v["id"]), v["partitions"], dict(v.get("configs") or {}), v.get("created_ms", 0),
+                v.get("config_version", 0),
             )
             topics[name] = info
             self._by_id[(org_id, info.topic_id)] = name
@@ -396,7 +406,7 @@ class TopicCatalog:
 
 
 def _alter_error(code: Errors, message: str) -> dict[str, Any]:
-    return {"error_code": code, "error_message": message, "configs": None, "partitions": 0}
+    return {"error_code": code, "error_message": message, "configs": None, "config_version": 0, "partitions": 0}
 
 
 def _config_map(configs: Any) -> dict[str, Any]:
