@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rafka.shard.log.config import CONFIG_DEFS, InvalidConfigError, describe, normalize_overrides
@@ -324,8 +324,7 @@ class TopicCatalog:
             else:
                 code, msg = Errors.NONE, None
                 if not op.get("validate_only"):
-                    grown = TopicInfo(info.name, info.topic_id, count, info.configs, info.created_ms, info.config_version)
-                    records.append(grown.record(org_id))
+                    records.append(replace(info, partitions=count).record(org_id))
             results.append({"name": name, "error_code": code, "error_message": msg})
         return records, {"topics": results}
 
@@ -372,13 +371,10 @@ class TopicCatalog:
             return [], _alter_error(Errors.INVALID_CONFIG, str(exc))
         records = []
         if not op.get("validate_only") and configs != info.configs:
-            version = info.config_version + 1
-            records.append(TopicInfo(info.name, info.topic_id, info.partitions, configs, info.created_ms,
-                                     version).record(org_id))
-        else:
-            version = info.config_version
+            info = replace(info, configs=configs, config_version=info.config_version + 1)
+            records.append(info.record(org_id))
         return records, {"error_code": Errors.NONE, "error_message": None, "configs": configs,
-                         "config_version": version, "partitions": info.partitions}
+                         "config_version": info.config_version, "partitions": info.partitions}
 
     # ----------------------------------------------------------------- replay
 
