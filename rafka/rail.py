@@ -52,6 +52,7 @@ class Op(IntEnum):
     INIT_PRODUCER_ID = 35
     DELETE_PARTITIONS = 36
     UPDATE_CONFIGS = 37
+    LOG_DIRS = 38
     TXN_INIT_PRODUCER_ID = 40
     TXN_ADD_PARTITIONS = 41
     TXN_ADD_OFFSETS = 42
@@ -93,6 +94,7 @@ OP_NAMES: dict[int, str] = {
     Op.INIT_PRODUCER_ID: "data.init-producer-id",
     Op.DELETE_PARTITIONS: "data.delete-partitions",
     Op.UPDATE_CONFIGS: "data.update-configs",
+    Op.LOG_DIRS: "data.log-dirs",
     Op.TXN_INIT_PRODUCER_ID: "txn.init-producer-id",
     Op.TXN_ADD_PARTITIONS: "txn.add-partitions",
     Op.TXN_ADD_OFFSETS: "txn.add-offsets",

@@ -12,8 +12,10 @@ Responses are plain msgpack data (topic ids as strings).
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from rafka.rail import Op
@@ -62,7 +64,8 @@ class DataPlane:
         for op, fn in [(Op.LIST_TOPICS, self.list_topics), (Op.CREATE_TOPIC, self.create_topics),
                        (Op.DELETE_TOPIC, self.delete_topics), (Op.CREATE_PARTITIONS, self.create_partitions),
                        (Op.DESCRIBE_CONFIGS, self.describe_configs), (Op.ALTER_CONFIGS, self.alter_configs),
-                       (Op.UPDATE_CONFIGS, self.update_configs), (Op.PRODUCE, self.produce),
+                       (Op.UPDATE_CONFIGS, self.update_configs), (Op.LOG_DIRS, self.log_dirs),
+                       (Op.PRODUCE, self.produce),
                        (Op.FETCH, self.fetch), (Op.FETCH_CANCEL, self.fetch_cancel),
                        (Op.LIST_OFFSETS, self.list_offsets), (Op.DELETE_RECORDS, self.delete_records),
                        (Op.DELETE_PARTITIONS, self.delete_partitions), (Op.INIT_PRODUCER_ID, self.init_producer_id)]:
@@ -152,6 +155,22 @@ class DataPlane:
         records, resp = self.logs.init_producer_id(org_id, op, now_ms)
         respond(plain(resp))
         return records
+
+    def log_dirs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        """DescribeLogDirs: this shard's log directory (its WAL's; none in memory), the disk it is
+        on, and the bytes of ``org_id``'s logs here."""
+        root = getattr(self._state.wal, "root", None)
+        total = usable = -1  # Kafka's "unknown"
+        if root is not None:
+            try:
+                disk = shutil.disk_usage(root)
+                total, usable = disk.total, disk.free
+            except OSError:
+                pass
+        respond({"log_dir": str(Path(root).resolve()) if root is not None else f"memory:shard-{self._state.shard_id}",
+                 "total_bytes": total, "usable_bytes": usable,
+                 "partitions": self.logs.sizes(org_id, op.get("topics"))})
+        return []
 
     def list_offsets(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         respond(plain(self.logs.list_offsets(org_id, op)))

@@ -325,6 +325,31 @@ def test_alter_configs_refusals_match_kafka(rafka: Rafka) -> None:
         (42, "Null value not supported for : retention.ms")]
 
 
+def test_describe_log_dirs_reports_partition_sizes_and_the_disk(rafka: Rafka) -> None:
+    from kafka.admin import KafkaAdminClient
+
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 3)
+    p = Producer({"bootstrap.servers": rafka.bootstrap, "linger.ms": 50})
+    for i in range(10):
+        p.produce(topic, b"x" * 100, partition=i % 2)
+    assert p.flush(10) == 0
+    admin = KafkaAdminClient(bootstrap_servers=rafka.bootstrap)
+    try:
+        [broker] = admin.describe_log_dirs()
+        [log_dir] = broker["log_dirs"]  # both shards write under the one data directory
+        filtered = admin.describe_log_dirs({topic: [1]})
+    finally:
+        admin.close()
+    assert log_dir["error_code"] == 0 and log_dir["log_dir"] == str(rafka.data_dir.resolve())
+    assert log_dir["total_bytes"] > log_dir["usable_bytes"] > 0
+    [entry] = [t for t in log_dir["topics"] if t["name"] == topic]
+    sizes = {q["partition_index"]: q["partition_size"] for q in entry["partitions"]}
+    assert sizes[0] > 500 and sizes[1] > 500 and sizes[2] == 0, sizes  # five 100-byte records each; none on 2
+    [only] = filtered[0]["log_dirs"][0]["topics"]
+    assert (only["name"], [q["partition_index"] for q in only["partitions"]]) == (topic, [1])
+
+
 def test_oversized_size_prefix_while_consumer_commits(rafka: Rafka) -> None:
     """Raw-socket abuse does not disturb a real client committing in a loop."""
     topic = _name("t")

@@ -8,6 +8,7 @@ Version notes:
   catalogue validates and stores the overrides, then the shards owning the topic's
   partitions apply them to the logs (retention, segment rolling, the size limit; a
   shard that is down gets them with the next produce). Broker configs are static.
+- DescribeLogDirs 1–4: each shard's WAL directory is a log dir.
 The catalogue of an organisation is owned by the shard of ``stable_hash(org_id,
 "\\0topics")``, so every gateway sees the same topics.
 """
@@ -222,6 +223,45 @@ async def create_partitions(ctx: RequestContext, req: dict[str, Any]) -> dict[st
         return {"results": [{"name": t["name"], "error_code": code} for t in req["topics"]]}
     topic_cache(ctx).invalidate(ctx.org_id)
     return {"throttle_time": 0, "results": resp["topics"]}
+
+
+@api(35, 1, 4, "kafka.describe-log-dirs")
+async def describe_log_dirs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    """Each shard's WAL directory is a log dir (shards on one host share one): the organisation's
+    partitions it owns, their sizes (0 for a partition nobody produced to) and its disk."""
+    import asyncio
+
+    wanted = None if req.get("topics") is None else {t["topic"]: set(t["partitions"]) for t in req["topics"]}
+    names = None if wanted is None else list(wanted)
+    router = ctx.gateway.router
+    shards = range(router.shard_count)
+    catalogue, *answers = await asyncio.gather(
+        catalog_call(ctx, Op.LIST_TOPICS, {"names": names, "auto_create": False}),
+        *(router.call(s, Op.LOG_DIRS, ctx.org_id, {"topics": names}, ctx.trace) for s in shards),
+        return_exceptions=True)
+    if isinstance(catalogue, BaseException):  # which partitions exist is unknown: every dir reads as offline
+        answers, counts = [catalogue] * len(shards), {}
+    else:
+        counts = {t["name"]: t["partitions"] for t in catalogue["topics"] if not t.get("error_code")}
+    dirs: dict[str, dict[str, Any]] = {}
+    for s, answer in zip(shards, answers):
+        if isinstance(answer, BaseException):  # Kafka's offline log dir
+            dirs[f"shard-{s}"] = {"error_code": Err.KAFKA_STORAGE_ERROR, "log_dir": f"shard-{s}", "topics": {},
+                                  "total_bytes": -1, "usable_bytes": -1}
+            continue
+        found = dirs.setdefault(answer["log_dir"], {"error_code": Err.NONE, "log_dir": answer["log_dir"], "topics": {},
+                                                    "total_bytes": answer["total_bytes"],
+                                                    "usable_bytes": answer["usable_bytes"]})
+        sizes = {(t, p): size for t, p, size in answer["partitions"]}
+        for name in sorted(counts):
+            for p in range(counts[name]):
+                if (wanted is None or p in wanted[name]) and router.shard_for_partition(ctx.org_id, name, p) == s:
+                    found["topics"].setdefault(name, []).append(
+                        {"partition_index": p, "partition_size": sizes.get((name, p), 0), "offset_lag": 0,
+                         "is_future_key": False})
+    results = [{**d, "topics": [{"name": n, "partitions": sorted(ps, key=lambda x: x["partition_index"])}
+                                for n, ps in sorted(d["topics"].items())]} for d in dirs.values()]
+    return {"throttle_time": 0, "error_code": Err.NONE, "results": results}
 
 
 BROKER_CONFIGS = {

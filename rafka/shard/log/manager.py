@@ -318,6 +318,12 @@ class LogManager:
         ]
         return records, {"partitions": [r.key[2] for r in records]}
 
+    def sizes(self, org_id: str, topics: list[str] | None) -> list[list[Any]]:
+        """``[topic, partition, bytes]`` of every log of ``org_id`` (of ``topics`` only, when given)."""
+        wanted = None if topics is None else set(topics)
+        return [[k[1], k[2], log.size] for k, log in sorted(self.logs.items())
+                if k[0] == org_id and (wanted is None or k[1] in wanted)]
+
     def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
         """InitProducerId (idempotent producers only); see ``ProducerIdManager.init_producer_id``."""
         return self.producer_ids.init_producer_id(org_id, op, now_ms)
