@@ -314,8 +314,8 @@ def test_alter_configs_refusals_match_kafka(rafka: Rafka) -> None:
     got = [(r["error_code"], r["error_message"]) for r in resp["responses"]]
     assert got == [
         (42, "Null value not supported for : retention.ms"),
-        (42, "Unexpected broker id, expected 0 or empty string, but received 7"),
-        (42, "Cannot update these configs dynamically: num.partitions"),
+        (42, "Unexpected broker id, expected 0, but received 7"),
+        (42, "Cannot update these configs dynamically: Set(num.partitions)"),
         (42, "Default topic resources are not allowed."),
         (42, "AlterConfigs is only supported for topics and brokers, but resource type is 32"),
         (42, "Each resource must appear at most once."), (42, "Each resource must appear at most once."),

@@ -280,14 +280,17 @@ BROKER_CONFIGS = {
 def _alter_refusal(r: dict[str, Any], incremental: bool, node_id: int) -> str | None:
     """Why Kafka's broker refuses resource ``r`` before its controller sees it (INVALID_REQUEST), or None."""
     rtype, name = r["resource_type"], r["resource_name"]
-    for c in r["configs"]:
-        if c.get("value") is None and (not incremental or c.get("config_operation", 0) != 1):  # DELETE takes none
-            return f"Null value not supported for : {c['name']}"
+    nulls = [c["name"] for c in r["configs"]
+             if c.get("value") is None and (not incremental or c.get("config_operation", 0) != 1)]  # DELETE takes none
+    if nulls:
+        return f"Null value not supported for : {', '.join(nulls)}"
     if rtype == 4:  # BROKER: rafka's broker configs are set in its own config file
+        if name and not name.isdigit():
+            return f"Node id must be an integer, but it is: {name}"
         if name not in ("", str(node_id)):
-            return f"Unexpected broker id, expected {node_id} or empty string, but received {name}"
+            return f"Unexpected broker id, expected {node_id}, but received {name}"
         if r["configs"]:
-            return f"Cannot update these configs dynamically: {', '.join(c['name'] for c in r['configs'])}"
+            return f"Cannot update these configs dynamically: Set({', '.join(c['name'] for c in r['configs'])})"
         return None
     if rtype != 2:
         return f"AlterConfigs is only supported for topics and brokers, but resource type is {rtype}"

@@ -15,7 +15,7 @@ Records (key ``(org, topic, partition)`` unless noted):
   one batch with its base offset already stamped, so replay re-appends it exactly.
   ``configs``/``topic_id`` appear when the produce op carried values the log
   did not have yet.
-* ``PARTITION_TRUNCATE`` ``{log_start_offset[, configs, config_version]}``: DeleteRecords or
+* ``PARTITION_TRUNCATE`` ``{log_start_offset, configs, config_version[, topic_id]}``: DeleteRecords or
   retention moved the log start (or configs changed); ``None`` drops the log
   (topic deleted).
 * ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
@@ -273,7 +273,7 @@ class LogManager:
                 )
                 continue
             if offset > log.log_start_offset:
-                records.append(Record(RecordType.PARTITION_TRUNCATE, key, {"log_start_offset": offset}))
+                records.append(Record(RecordType.PARTITION_TRUNCATE, key, _truncate(log, offset)))
             out.append(
                 {
                     "topic": p["topic"],
@@ -311,7 +311,7 @@ class LogManager:
         version = op.get("config_version", 0)
         records = [
             Record(RecordType.PARTITION_TRUNCATE, k,
-                   {"log_start_offset": log.log_start_offset, "configs": configs, "config_version": version})
+                   {**_truncate(log, log.log_start_offset), "configs": configs, "config_version": version})
             for k, log in sorted(self.logs.items())
             if k[0] == org_id and k[1] == topic and (wanted is None or k[2] in wanted)
             and log.newer_configs(configs, version)
@@ -352,7 +352,7 @@ class LogManager:
         for key, log in sorted(self.logs.items()):
             new_start = log.retention_log_start(now_ms)
             if new_start is not None:
-                records.append(Record(RecordType.PARTITION_TRUNCATE, key, {"log_start_offset": new_start}))
+                records.append(Record(RecordType.PARTITION_TRUNCATE, key, _truncate(log, new_start)))
             for pid, entry in log.producers.entries.items():
                 seen = now_ms if pid in log.ongoing_txns else entry.last_append_ms  # never expire an open txn
                 last_seen[(key[0], pid)] = max(last_seen.get((key[0], pid), -1), seen)
@@ -397,6 +397,18 @@ class LogManager:
         log = self.logs.get(key)
         if log is None:
             log = self.logs[key] = PartitionLog()
+        if "topic_id" in value:
+            log.topic_id = value["topic_id"]
         if "configs" in value:
             log.set_overrides(value["configs"], value.get("config_version", 0))
         log.apply_log_start(value["log_start_offset"])
+
+
+def _truncate(log: PartitionLog, log_start_offset: int) -> dict[str, Any]:
+    """A ``PARTITION_TRUNCATE`` value. It also carries the log's configs and topic id: the write-ahead
+    log drops the segments below the new log start, which may hold the only records of them."""
+    value: dict[str, Any] = {"log_start_offset": log_start_offset, "configs": dict(log.overrides),
+                             "config_version": log.config_version}
+    if log.topic_id is not None:
+        value["topic_id"] = log.topic_id
+    return value

@@ -205,6 +205,10 @@ class PartitionLog:
         """Append one planned batch (replay of a ``PARTITION_BATCH`` value)."""
         batch = bytes(value["batch"])
         header = parse_header(batch)
+        if header.base_offset > self.log_end_offset and not self.segments[-1].batches and len(self.segments) == 1:
+            # the write-ahead log dropped the segments below the log start: the log resumes here
+            self.segments = [Segment(header.base_offset)]
+            self.log_start_offset = max(self.log_start_offset, header.base_offset)
         if header.base_offset != self.log_end_offset:
             raise ValueError(f"batch at offset {header.base_offset} does not follow log end {self.log_end_offset}")
         append_ms = value.get("append_ms", -1)
@@ -241,8 +245,8 @@ class PartitionLog:
         leo = self.log_end_offset
         while self.segments and self.segments[0].next_offset <= log_start_offset and self.segments[0].batches:
             self.segments.pop(0)
-        if not self.segments:
-            self.segments.append(Segment(leo))
+        if not self.segments or leo < log_start_offset:  # replay, the batches below dropped with their WAL segments
+            self.segments = [Segment(max(leo, log_start_offset))]
         self.aborted_txns = [t for t in self.aborted_txns if t[2] >= log_start_offset]
 
     def retention_log_start(self, now_ms: int, config: LogConfig | None = None) -> int | None:

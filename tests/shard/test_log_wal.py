@@ -1,0 +1,79 @@
+"""Partition logs through the real write-ahead log: what a restart rebuilds after the WAL has
+dropped the segments below a log start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rafka.protocol.records import SimpleRecord, build_batch, parse_header
+from rafka.shard.log.manager import LogManager
+from rafka.shard.records import Record
+from rafka.shard.wal import Wal
+
+ORG, PARTITIONS = "acme", 4
+CONFIGS = {"retention.ms": "3600000"}
+
+
+class Shard:
+    """A LogManager whose records go through a Wal with tiny segments, as the runtime's do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.wal = Wal(path, set(range(PARTITIONS)), PARTITIONS, fsync="never", segment_bytes=400)
+        self.logs = LogManager()
+
+    def apply(self, records: list[Record]) -> None:
+        self.wal.append(records)
+        for r in records:
+            self.logs.replay(r)
+
+    def produce(self, now_ms: int, **part: Any) -> dict[str, Any]:
+        data = build_batch([SimpleRecord(b"k", b"v" * 50, now_ms)])
+        op = {"acks": -1, "partitions": [{"topic": "t", "partition": 0, "records": data, "topic_id": "A", **part}]}
+        records, resp = self.logs.produce(ORG, op, now_ms)
+        self.apply(records)
+        return resp["partitions"][0]  # type: ignore[no-any-return]
+
+    def delete_records(self, offset: int) -> None:
+        records, _ = self.logs.delete_records(ORG, {"partitions": [{"topic": "t", "partition": 0, "offset": offset}]})
+        self.apply(records)
+
+    def restart(self) -> Shard:
+        self.wal.close()
+        fresh = Shard(self.path)
+        for records in fresh.wal.recover():
+            for r in records:
+                fresh.logs.replay(r)
+        return fresh
+
+    def state(self) -> tuple[Any, ...]:
+        log = self.logs.logs[(ORG, "t", 0)]
+        offsets = [parse_header(b).base_offset for s in log.segments for b in s.batches]
+        return (log.log_start_offset, log.log_end_offset, log.overrides, log.config_version, log.topic_id,
+                [o for o in offsets if o >= log.log_start_offset])
+
+
+def test_a_restart_after_the_wal_dropped_segments_rebuilds_the_log(tmp_path: Path) -> None:
+    shard = Shard(tmp_path)
+    shard.produce(0, configs={}, config_version=0)
+    shard.apply(shard.logs.update_configs(ORG, {"topic": "t", "configs": CONFIGS, "config_version": 1})[0])
+    for i in range(1, 20):
+        shard.produce(i * 1000, configs=CONFIGS, config_version=1)
+    shard.delete_records(15)
+    before = shard.state()
+    assert before == (15, 20, CONFIGS, 1, "A", [15, 16, 17, 18, 19])
+    assert len(list((tmp_path / "logs").rglob("*.wal"))) < 5, "the WAL dropped the segments below offset 15"
+    after = shard.restart()
+    assert after.state() == before, "records, offsets, configs and topic id all come back"
+    assert after.produce(30_000, configs=CONFIGS, config_version=1)["base_offset"] == 20
+
+
+def test_offsets_never_go_back_after_every_record_was_deleted(tmp_path: Path) -> None:
+    shard = Shard(tmp_path)
+    for i in range(12):
+        shard.produce(i * 1000, configs=CONFIGS, config_version=1)
+    shard.delete_records(12)
+    after = shard.restart()
+    assert after.state() == (12, 12, CONFIGS, 1, "A", [])
+    assert after.produce(20_000, configs=CONFIGS, config_version=1)["base_offset"] == 12
