@@ -81,8 +81,9 @@ def test_gateway_and_shard_spans_share_a_trace(tmp_path: Path) -> None:
         assert all(by_id[s["parent"]]["trace_id"] == s["trace_id"] for s in linked)
         complete = [s for s in receiver.spans if s["name"] == "rafka.shard.coordinator.rebalance-complete"]
         assert any(s["attrs"].get("generation_id", 0) >= 1 and s["attrs"].get("leader_id") for s in complete)
-        for name in ("rafka.gateway.group.sync", "rafka.shard.group.sync", "rafka.gateway.group.heartbeat"):
-            assert name in {s["name"] for s in receiver.spans}, name
+        # each process exports on its own schedule: the shard's sync span may come in a later batch
+        later = {"rafka.gateway.group.sync", "rafka.shard.group.sync", "rafka.gateway.group.heartbeat"}
+        wait_for(lambda: later <= {s["name"] for s in receiver.spans}, 20, "sync and heartbeat spans exported")
     finally:
         broker.stop()
         receiver.close()
