@@ -282,37 +282,6 @@ def test_older_configs_never_replace_newer_ones(ctx: Ctx) -> None:
     assert ctx.put(batch(size=500), configs=old, config_version=0)["error_code"] == Errors.MESSAGE_TOO_LARGE
 
 
-def test_a_deleted_incarnation_never_comes_back(ctx: Ctx) -> None:
-    """Ops naming a deleted topic's id (a gateway's cache, a late update) cannot reset the new topic."""
-    ctx.put(batch(3), topic_id="id-A")
-    ctx.apply(ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": None, "topic_id": "id-A"})[0])
-    assert ctx.put(batch(2), topic_id="id-B")["base_offset"] == 0
-    stale = ctx.put(batch(), topic_id="id-A")
-    assert stale["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
-    late = {"topic": "t", "configs": {"retention.ms": "5"}, "config_version": 7, "topic_id": "id-A"}
-    assert ctx.manager.update_configs(ORG, late)[0] == []
-    log = ctx.manager.log(ORG, "t", 0)
-    assert (log.topic_id, log.log_end_offset, log.overrides) == ("id-B", 2, {})  # type: ignore[union-attr]
-    rebuilt = LogManager(0)  # the retired id survives a restart: it is rebuilt from the records
-    for r in ctx.records:
-        rebuilt.replay(r)
-    assert rebuilt.produce(ORG, {"acks": -1, "partitions": [{"topic": "t", "partition": 0, "records": batch(),
-                                                             "topic_id": "id-A"}]}, 0)[1]["partitions"][0][
-        "error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
-
-
-def test_an_update_for_a_newer_incarnation_replaces_a_log_whose_deletion_was_missed(ctx: Ctx) -> None:
-    ctx.put(batch(3), topic_id="id-A", configs={"retention.ms": "1000"}, config_version=3)
-    op = {"topic": "t", "configs": {"segment.ms": "60000"}, "config_version": 1, "topic_id": "id-B"}
-    records, resp = ctx.manager.update_configs(ORG, op)
-    assert resp == {"partitions": [0]}
-    ctx.apply(records)
-    log = ctx.manager.log(ORG, "t", 0)
-    assert (log.topic_id, log.log_end_offset, log.overrides, log.config_version) == (  # type: ignore[union-attr]
-        "id-B", 0, {"segment.ms": "60000"}, 1)
-    assert ctx.put(batch(), topic_id="id-A")["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
-
-
 def test_delete_partitions_and_recreated_topic_starts_afresh(ctx: Ctx) -> None:
     ctx.put(batch(3), topic_id="id-1")
     ctx.put(batch(), partition=1, topic_id="id-1")

@@ -330,8 +330,7 @@ async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], i
         by_shard: dict[int, list[int]] = {}
         for p in range(resp["partitions"]):
             by_shard.setdefault(router.shard_for_partition(ctx.org_id, name, p), []).append(p)
-        update = {"topic": name, "configs": resp["configs"], "config_version": resp["config_version"],
-                  "topic_id": resp["topic_id"]}
+        update = {"topic": name, "configs": resp["configs"], "config_version": resp["config_version"]}
         results = await asyncio.gather(*(router.call(s, Op.UPDATE_CONFIGS, ctx.org_id, {**update, "partitions": ps},
                                                      ctx.trace) for s, ps in by_shard.items()), return_exceptions=True)
         if any(isinstance(res, BaseException) for res in results):

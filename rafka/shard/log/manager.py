@@ -32,9 +32,7 @@ the catalogue lives on another shard; the catalogue numbers each set of configs,
 log keeps the newest (a produce may carry a gateway's cached, older copy after an
 AlterConfigs reached the log). A partition nobody produced to reads as an
 empty log. A produce op whose ``topic_id`` differs from the log's (the topic was
-deleted and created again) starts the log afresh. The ids of dropped incarnations are
-retired (rebuilt by replay from the drops): an op that still names one (a gateway's
-cached metadata, a late config update) is refused or ignored, never revives it. ``appended_partitions`` tells
+deleted and created again) starts the log afresh. ``appended_partitions`` tells
 the runtime which partitions got data, to wake parked fetches.
 """
 
@@ -80,7 +78,6 @@ class LogManager:
 
     def __init__(self, shard_id: int = 0, *, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> None:
         self.logs: dict[PartitionKey, PartitionLog] = {}
-        self.retired: dict[PartitionKey, set[str]] = {}  # topic ids of dropped incarnations, never revived
         self.producer_ids = ProducerIdManager(shard_id)
         self.producer_id_expiration_ms = producer_id_expiration_ms
 
@@ -211,9 +208,6 @@ class LogManager:
     def _produce_partition(self, key: PartitionKey, p: dict[str, Any], now_ms: int) -> Result:
         _, topic, partition = key
         tid = None if p.get("topic_id") is None else str(p["topic_id"])
-        if tid is not None and tid in self.retired.get(key, ()):  # a gateway's cache still names a deleted topic
-            return [], _produce_error(topic, partition, Errors.UNKNOWN_TOPIC_OR_PARTITION,
-                                      f"This server does not host this topic-partition: {topic}-{partition}")
         existing = self.logs.get(key)
         reset = existing is not None and self.log(*key, topic_id=tid) is None
         log = existing if existing is not None and not reset else _EMPTY
@@ -310,28 +304,19 @@ class LogManager:
     def update_configs(self, org_id: str, op: dict[str, Any]) -> Result:
         """Give existing logs of ``topic`` new config overrides (e.g. a lowered retention.ms).
 
-        ``op = {topic, configs, config_version, partitions: [int] | None[, topic_id]}``; response
-        ``{partitions: [updated]}``. Logs that already have these or newer configs are left alone;
-        a log of an older incarnation of the topic (its deletion missed) is dropped for the new one.
+        ``op = {topic, configs, config_version, partitions: [int] | None}``; response
+        ``{partitions: [updated]}``. Logs that already have these or newer configs are left alone.
         """
         topic, configs, wanted = op["topic"], dict(op.get("configs") or {}), op.get("partitions")
-        version, tid = op.get("config_version", 0), op.get("topic_id")
-        records, updated = [], []
-        for k, log in sorted(self.logs.items()):
-            if k[0] != org_id or k[1] != topic or (wanted is not None and k[2] not in wanted):
-                continue
-            if tid is not None and tid in self.retired.get(k, ()):
-                continue  # the update of a deleted incarnation
-            value = {**_truncate(log, log.log_start_offset), "configs": configs, "config_version": version}
-            if tid is not None and log.topic_id is not None and log.topic_id != tid:
-                records += [Record(RecordType.PARTITION_TRUNCATE, k, None),
-                            Record(RecordType.PARTITION_TRUNCATE, k, {**value, "log_start_offset": 0, "topic_id": tid})]
-            elif log.newer_configs(configs, version):
-                records.append(Record(RecordType.PARTITION_TRUNCATE, k, value))
-            else:
-                continue
-            updated.append(k[2])
-        return records, {"partitions": updated}
+        version = op.get("config_version", 0)
+        records = [
+            Record(RecordType.PARTITION_TRUNCATE, k,
+                   {**_truncate(log, log.log_start_offset), "configs": configs, "config_version": version})
+            for k, log in sorted(self.logs.items())
+            if k[0] == org_id and k[1] == topic and (wanted is None or k[2] in wanted)
+            and log.newer_configs(configs, version)
+        ]
+        return records, {"partitions": [r.key[2] for r in records]}
 
     def sizes(self, org_id: str, topics: list[str] | None) -> list[list[Any]]:
         """``[topic, partition, bytes]`` of every log of ``org_id`` (of ``topics`` only, when given)."""
@@ -407,9 +392,7 @@ class LogManager:
 
     def _replay_truncate(self, key: PartitionKey, value: dict[str, Any] | None) -> None:
         if value is None:
-            dropped = self.logs.pop(key, None)
-            if dropped is not None and dropped.topic_id is not None:
-                self.retired.setdefault(key, set()).add(dropped.topic_id)
+            self.logs.pop(key, None)
             return
         log = self.logs.get(key)
         if log is None:

@@ -334,8 +334,8 @@ class TopicCatalog:
         ``op = {name, configs: [[key, operation, value]], incremental, validate_only}``;
         operations SET 0, DELETE 1, APPEND 2, SUBTRACT 3 (APPEND/SUBTRACT only for list
         configs: cleanup.policy). AlterConfigs replaces every override with the given set.
-        Response ``{error_code, error_message, configs, config_version, partitions, topic_id}``
-        (the topic's overrides after, and their version). Null values are the gateway's to refuse.
+        Response ``{error_code, error_message, configs, config_version, partitions}`` (the
+        topic's overrides after, and their version). Null values are the gateway's to refuse.
         """
         name = op["name"]
         info = self.topic(org_id, name)
@@ -374,8 +374,7 @@ class TopicCatalog:
             info = replace(info, configs=configs, config_version=info.config_version + 1)
             records.append(info.record(org_id))
         return records, {"error_code": Errors.NONE, "error_message": None, "configs": configs,
-                         "config_version": info.config_version, "partitions": info.partitions,
-                         "topic_id": str(info.topic_id)}
+                         "config_version": info.config_version, "partitions": info.partitions}
 
     # ----------------------------------------------------------------- replay
 
@@ -403,8 +402,7 @@ class TopicCatalog:
 
 
 def _alter_error(code: Errors, message: str) -> dict[str, Any]:
-    return {"error_code": code, "error_message": message, "configs": None, "config_version": 0, "partitions": 0,
-            "topic_id": None}
+    return {"error_code": code, "error_message": message, "configs": None, "config_version": 0, "partitions": 0}
 
 
 def _config_map(configs: Any) -> dict[str, Any]:
