@@ -113,6 +113,7 @@ class Stream:
         """Yield the good records of each segment; truncate a torn tail; open the last segment for appends."""
         self.dir.mkdir(parents=True, exist_ok=True)
         segs = self.segments()
+        dropped_at: int | None = None
         for i, seg in enumerate(segs):
             records, good, why = read_entries(seg)
             if why is not None:
@@ -126,15 +127,15 @@ class Stream:
                     later.unlink()
                 segs = segs[: i + 1]
             seq = int(seg.stem)
-            if self.data:
-                for r in records:
-                    if r.type == RecordType.PARTITION_BATCH:
-                        self._note_offsets(seq, r)
+            if self.data and self._note(seq, records):
+                dropped_at = seq  # a crash may have come between the drop and the unlink
             yield records
             if why is not None:
                 break
         if segs:
             self.seq = int(segs[-1].stem)
+        if dropped_at is not None:
+            self._unlink_sealed(dropped_at)
         self._open(self.seq)
 
     def _open(self, seq: int) -> None:
@@ -156,10 +157,27 @@ class Stream:
             os.write(self.fd, data)  # type: ignore[arg-type]
             self.size += len(data)
             self.dirty = True
-            for record in records:
-                if record.type == RecordType.PARTITION_BATCH:
-                    self._note_offsets(self.seq, record)
+            if self.data and self._note(self.seq, records):
+                self._unlink_sealed(self.seq)
         return rolled
+
+    def _note(self, seq: int, records: list[Record]) -> bool:
+        """Note the offsets of batches in segment ``seq``; True if a record drops the log (its topic
+        deleted or re-created): what came before belongs to a dead incarnation, so its noted offsets
+        are forgotten (a new incarnation counts from 0 again) and its sealed segments can go."""
+        dropped = False
+        for record in records:
+            if record.type == RecordType.PARTITION_BATCH:
+                self._note_offsets(seq, record)
+            elif record.type == RecordType.PARTITION_TRUNCATE and record.value is None:
+                self.segment_last_offset.clear()
+                dropped = True
+        return dropped
+
+    def _unlink_sealed(self, before: int) -> None:
+        for path in self.segments():
+            if int(path.stem) < before:
+                path.unlink(missing_ok=True)
 
     def _roll(self) -> None:
         os.fsync(self.fd)  # type: ignore[arg-type]
@@ -180,13 +198,15 @@ class Stream:
                 os.fdatasync(self.fd)
 
     def drop_below(self, log_start_offset: int) -> None:
-        """Delete sealed data segments whose records all lie below ``log_start_offset``."""
+        """Delete the sealed data segments before the first one holding an offset at or past
+        ``log_start_offset`` (one without batches holds only truncations the new one supersedes)."""
         with self.lock:
-            for seq, last in sorted(self.segment_last_offset.items()):
-                if seq >= self.seq or last >= log_start_offset:
+            for path in self.segments():
+                seq = int(path.stem)
+                if seq >= self.seq or self.segment_last_offset.get(seq, -1) >= log_start_offset:
                     break
-                (self.dir / f"{seq:020d}.wal").unlink(missing_ok=True)
-                del self.segment_last_offset[seq]
+                path.unlink(missing_ok=True)
+                self.segment_last_offset.pop(seq, None)
 
     def close(self) -> None:
         with self.lock:

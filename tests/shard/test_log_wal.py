@@ -77,3 +77,23 @@ def test_offsets_never_go_back_after_every_record_was_deleted(tmp_path: Path) ->
     after = shard.restart()
     assert after.state() == (12, 12, CONFIGS, 1, "A", [])
     assert after.produce(20_000, configs=CONFIGS, config_version=1)["base_offset"] == 12
+
+
+def test_a_deleted_topic_leaves_no_segments_and_does_not_hold_back_its_successor(tmp_path: Path) -> None:
+    shard = Shard(tmp_path)
+    for i in range(12):
+        shard.produce(i * 1000, configs=CONFIGS, config_version=1)  # topic id "A", offsets 0..11
+    segments = lambda: len(list((tmp_path / "logs").rglob("*.wal")))  # noqa: E731
+    assert segments() > 3
+    shard.apply(shard.logs.delete_partitions(ORG, {"topic": "t", "partitions": None, "topic_id": "A"})[0])
+    assert segments() == 1, "the deleted topic's sealed segments are gone"
+    for i in range(20):
+        shard.produce(20_000 + i, topic_id="B", configs={}, config_version=0)
+    shard.delete_records(15)
+    [stream] = shard.wal.streams.values()
+    sealed = [int(p.stem) for p in stream.segments() if int(p.stem) < stream.seq]
+    assert sealed and all(stream.segment_last_offset.get(seq, -1) >= 15 for seq in sealed), \
+        "only segments holding offsets at or past the log start are left, whatever offsets the old topic reached"
+    before = shard.state()
+    assert before == (15, 20, {}, 0, "B", [15, 16, 17, 18, 19])
+    assert shard.restart().state() == before
