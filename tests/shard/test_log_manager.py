@@ -206,7 +206,9 @@ def test_delete_records_moves_log_start(ctx: Ctx) -> None:
     ctx.put(batch(3))
     ctx.put(batch(3))
     assert ctx.delete_records(4) == {"topic": "t", "partition": 0, "low_watermark": 4, "error_code": Errors.NONE}
-    assert ctx.records[-1] == Record(RecordType.PARTITION_TRUNCATE, (ORG, "t", 0), {"log_start_offset": 4, "configs": {}, "config_version": 0})
+    truncate = ctx.records[-1]
+    assert (truncate.type, truncate.key, truncate.value["log_start_offset"]) == (RecordType.PARTITION_TRUNCATE,
+                                                                                 (ORG, "t", 0), 4)
     assert ctx.fetch(("t", 0, 3))[0]["error_code"] == Errors.OFFSET_OUT_OF_RANGE
     [f] = ctx.fetch(("t", 0, 4))
     assert f["log_start_offset"] == 4 and parse_header(f["records"]).base_offset == 3  # whole batch served
@@ -230,8 +232,8 @@ def test_retention_by_time_with_a_hand_driven_clock(ctx: Ctx) -> None:
     assert [len(s.batches) for s in ctx.manager.log(ORG, "t", 0).segments] == [2, 2, 2]  # type: ignore[union-attr]
     assert ctx.manager.retention(1000) == []
     records = ctx.manager.retention(1101)
-    assert records == [Record(RecordType.PARTITION_TRUNCATE, (ORG, "t", 0),
-                              {"log_start_offset": 2, "configs": configs, "config_version": 0})]
+    assert [(r.type, r.key, r.value["log_start_offset"], r.value["configs"]) for r in records] == [
+        (RecordType.PARTITION_TRUNCATE, (ORG, "t", 0), 2, configs)]
     ctx.apply(records)
     assert ctx.offsets(-2) == (2, -1) and ctx.fetch(("t", 0, 1))[0]["error_code"] == Errors.OFFSET_OUT_OF_RANGE
     ctx.apply(ctx.manager.retention(5000))

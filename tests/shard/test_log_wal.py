@@ -28,8 +28,8 @@ class Shard:
         for r in records:
             self.logs.replay(r)
 
-    def produce(self, now_ms: int, **part: Any) -> dict[str, Any]:
-        data = build_batch([SimpleRecord(b"k", b"v" * 50, now_ms)])
+    def produce(self, now_ms: int, batch: dict[str, Any] | None = None, **part: Any) -> dict[str, Any]:
+        data = build_batch([SimpleRecord(b"k", b"v" * 50, now_ms)], **(batch or {}))
         op = {"acks": -1, "partitions": [{"topic": "t", "partition": 0, "records": data, "topic_id": "A", **part}]}
         records, resp = self.logs.produce(ORG, op, now_ms)
         self.apply(records)
@@ -97,3 +97,29 @@ def test_a_deleted_topic_leaves_no_segments_and_does_not_hold_back_its_successor
     before = shard.state()
     assert before == (15, 20, {}, 0, "B", [15, 16, 17, 18, 19])
     assert shard.restart().state() == before
+
+
+def test_producers_and_transactions_survive_the_drop_of_their_first_segments(tmp_path: Path) -> None:
+    """Kafka keeps producer snapshots when the log start moves; so does every PARTITION_TRUNCATE."""
+    shard = Shard(tmp_path)
+    txn = {"producer_id": 7, "producer_epoch": 0, "transactional": True}
+    shard.produce(0, batch={**txn, "base_sequence": 0})  # offset 0 opens producer 7's transaction
+    shard.produce(0, batch={"producer_id": 8, "producer_epoch": 0, "base_sequence": 0, "transactional": True})
+    shard.apply(shard.logs.write_markers(ORG, {"producer_id": 8, "producer_epoch": 0, "committed": False,
+                                                "partitions": [["t", 0]]}, 0))  # aborts 8 at offset 2
+    for i in range(3, 20):
+        shard.produce(i * 1000, batch={"producer_id": 9, "producer_epoch": 3, "base_sequence": i - 3})
+    shard.delete_records(15)
+
+    def txn_state(s: Shard) -> tuple[Any, ...]:
+        log = s.logs.logs[(ORG, "t", 0)]
+        return (log.producers.snapshot(), dict(log.ongoing_txns), list(log.aborted_txns), log.last_stable_offset)
+
+    before = txn_state(shard)
+    assert before[1] == {7: 0} and before[3] == 0, "producer 7's transaction is still open"
+    after = shard.restart()
+    assert txn_state(after) == before
+    retry = after.produce(30_000, batch={"producer_id": 9, "producer_epoch": 3, "base_sequence": 16})
+    assert retry["base_offset"] == 19, "a retried batch is still recognised as a duplicate"
+    fenced = after.produce(30_000, batch={"producer_id": 9, "producer_epoch": 2, "base_sequence": 0})
+    assert fenced["error_code"] == 47, "an older epoch is still fenced (INVALID_PRODUCER_EPOCH)"

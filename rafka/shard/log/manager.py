@@ -15,7 +15,8 @@ Records (key ``(org, topic, partition)`` unless noted):
   one batch with its base offset already stamped, so replay re-appends it exactly.
   ``configs``/``topic_id`` appear when the produce op carried values the log
   did not have yet.
-* ``PARTITION_TRUNCATE`` ``{log_start_offset, configs, config_version[, topic_id]}``: DeleteRecords or
+* ``PARTITION_TRUNCATE`` ``{log_start_offset, configs, config_version, producers, ongoing_txns,
+  aborted_txns[, topic_id]}``: DeleteRecords or
   retention moved the log start (or configs changed); ``None`` drops the log
   (topic deleted).
 * ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
@@ -401,14 +402,21 @@ class LogManager:
             log.topic_id = value["topic_id"]
         if "configs" in value:
             log.set_overrides(value["configs"], value.get("config_version", 0))
+        if "producers" in value:  # the state when it was written: all of it, even if segments were dropped
+            log.producers.restore(value["producers"])
+            log.ongoing_txns = {int(p): int(o) for p, o in value["ongoing_txns"]}
+            log.aborted_txns = [(int(p), int(f), int(last)) for p, f, last in value["aborted_txns"]]
         log.apply_log_start(value["log_start_offset"])
 
 
 def _truncate(log: PartitionLog, log_start_offset: int) -> dict[str, Any]:
-    """A ``PARTITION_TRUNCATE`` value. It also carries the log's configs and topic id: the write-ahead
-    log drops the segments below the new log start, which may hold the only records of them."""
-    value: dict[str, Any] = {"log_start_offset": log_start_offset, "configs": dict(log.overrides),
-                             "config_version": log.config_version}
+    """A ``PARTITION_TRUNCATE`` value. It also carries the log's configs, topic id, producer state
+    and transactions (as Kafka keeps producer snapshots): the write-ahead log drops the segments
+    below the new log start, which may hold the only records of them."""
+    value: dict[str, Any] = {
+        "log_start_offset": log_start_offset, "configs": dict(log.overrides), "config_version": log.config_version,
+        "producers": log.producers.snapshot(), "ongoing_txns": [[p, o] for p, o in log.ongoing_txns.items()],
+        "aborted_txns": [list(t) for t in log.aborted_txns if t[2] >= log_start_offset]}
     if log.topic_id is not None:
         value["topic_id"] = log.topic_id
     return value

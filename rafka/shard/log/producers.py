@@ -142,6 +142,20 @@ class ProducerStateManager:
         """Forget a producer (expiry)."""
         self.entries.pop(producer_id, None)
 
+    def snapshot(self) -> list[list[Any]]:
+        """Every entry as plain data (msgpack), for ``restore``."""
+        return [[e.producer_id, e.producer_epoch, e.last_append_ms,
+                 [[b.first_seq, b.last_seq, b.base_offset, b.last_offset] for b in e.batches]]
+                for e in self.entries.values()]
+
+    def restore(self, snapshot: list[list[Any]]) -> None:
+        """Replace every entry by those of a ``snapshot``."""
+        self.entries = {
+            pid: ProducerStateEntry(pid, epoch, deque((BatchMetadata(*b) for b in batches),
+                                                      maxlen=NUM_BATCHES_TO_RETAIN), last_append_ms)
+            for pid, epoch, last_append_ms, batches in snapshot
+        }
+
 
 class ProducerIdManager:
     """Allocates producer ids that are unique across shards and restarts."""
