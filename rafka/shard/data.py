@@ -1,8 +1,8 @@
 """Rail handlers for the data plane: the topic catalogue and the partition logs.
 
 How this works: ``DataPlane`` adapts the pure ``TopicCatalog`` and ``LogManager``
-to the shard's handler shape ``(org_id, payload, now_ms, respond) -> records`` and
-owns long-poll fetches. A FETCH that has fewer than ``min_bytes`` ready is parked
+to the shard's handler shape ``(org_id, payload, now_ms, respond) -> records``
+(writes through ``_pure``) and owns long-poll fetches. A FETCH that has fewer than ``min_bytes`` ready is parked
 under its ``fetch_id`` and the partitions it watches; a produce that appends to a
 watched partition re-runs the parked fetch, and the fetch is answered when it has
 ``min_bytes``, when its ``max_wait_ms`` timer fires, or when the gateway sends
@@ -40,6 +40,16 @@ def plain(value: Any) -> Any:
     return value
 
 
+def _pure(handler: Callable[..., tuple[list[Record], Any]], now: bool = True) -> Callable[..., list[Record]]:
+    """Shape a pure ``(org_id, op[, now_ms]) -> (records, response)`` handler as a shard op."""
+    def op(org_id: str, payload: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        records, resp = handler(org_id, payload, now_ms) if now else handler(org_id, payload)
+        respond(plain(resp))
+        return records
+
+    return op
+
+
 @dataclass
 class ParkedFetch:
     fetch_id: str
@@ -61,14 +71,18 @@ class DataPlane:
 
     def install(self, state: ShardState) -> None:
         """Register this plane's ops and record types on ``state``."""
-        for op, fn in [(Op.LIST_TOPICS, self.list_topics), (Op.CREATE_TOPIC, self.create_topics),
-                       (Op.DELETE_TOPIC, self.delete_topics), (Op.CREATE_PARTITIONS, self.create_partitions),
-                       (Op.DESCRIBE_CONFIGS, self.describe_configs), (Op.ALTER_CONFIGS, self.alter_configs),
-                       (Op.UPDATE_CONFIGS, self.update_configs), (Op.LOG_DIRS, self.log_dirs),
-                       (Op.PRODUCE, self.produce),
-                       (Op.FETCH, self.fetch), (Op.FETCH_CANCEL, self.fetch_cancel),
-                       (Op.LIST_OFFSETS, self.list_offsets), (Op.DELETE_RECORDS, self.delete_records),
-                       (Op.DELETE_PARTITIONS, self.delete_partitions), (Op.INIT_PRODUCER_ID, self.init_producer_id)]:
+        for op, fn in [(Op.LIST_TOPICS, self.list_topics), (Op.DESCRIBE_CONFIGS, self.describe_configs),
+                       (Op.LOG_DIRS, self.log_dirs), (Op.FETCH, self.fetch), (Op.FETCH_CANCEL, self.fetch_cancel),
+                       (Op.LIST_OFFSETS, self.list_offsets),
+                       (Op.CREATE_TOPIC, _pure(self.catalog.create_topics)),
+                       (Op.DELETE_TOPIC, _pure(self.catalog.delete_topics, now=False)),
+                       (Op.CREATE_PARTITIONS, _pure(self.catalog.create_partitions)),
+                       (Op.ALTER_CONFIGS, _pure(self.catalog.alter_configs, now=False)),
+                       (Op.UPDATE_CONFIGS, _pure(self.logs.update_configs, now=False)),
+                       (Op.PRODUCE, _pure(self.logs.produce)),
+                       (Op.DELETE_RECORDS, _pure(self.logs.delete_records, now=False)),
+                       (Op.DELETE_PARTITIONS, _pure(self.logs.delete_partitions, now=False)),
+                       (Op.INIT_PRODUCER_ID, _pure(self.logs.init_producer_id))]:
             state.register(op, fn)
         state.on_start.append(self.start)
         state.data = self
@@ -106,56 +120,11 @@ class DataPlane:
         respond({"topics": topics})
         return records
 
-    def create_topics(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        records, resp = self.catalog.create_topics(org_id, op, now_ms)
-        respond(plain(resp))
-        return records
-
-    def delete_topics(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        records, resp = self.catalog.delete_topics(org_id, op)
-        respond(plain(resp))
-        return records
-
-    def create_partitions(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        records, resp = self.catalog.create_partitions(org_id, op, now_ms)
-        respond(plain(resp))
-        return records
-
     def describe_configs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         respond(plain(self.catalog.describe_configs(org_id, op["name"], op.get("configuration_keys"))))
         return []
 
-    def alter_configs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        records, resp = self.catalog.alter_configs(org_id, op)
-        respond(plain(resp))
-        return records
-
     # -- logs ---------------------------------------------------------------
-    def update_configs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        records, resp = self.logs.update_configs(org_id, op)
-        respond(plain(resp))
-        return records
-
-    def produce(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        records, resp = self.logs.produce(org_id, op, now_ms)
-        respond(plain(resp))
-        return records
-
-    def delete_records(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        records, resp = self.logs.delete_records(org_id, op)
-        respond(plain(resp))
-        return records
-
-    def delete_partitions(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        records, resp = self.logs.delete_partitions(org_id, op)
-        respond(plain(resp))
-        return records
-
-    def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        records, resp = self.logs.init_producer_id(org_id, op, now_ms)
-        respond(plain(resp))
-        return records
-
     def log_dirs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         """DescribeLogDirs: this shard's log directory (its WAL's; none in memory), the disk it is
         on, and the bytes of ``org_id``'s logs here."""

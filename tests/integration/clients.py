@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def unique_name(prefix: str) -> str:
+    """A topic or group name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:

@@ -10,7 +10,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from typing import Any
 
 import pytest
@@ -18,13 +17,10 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.clients import Member, create_topic, wait_for
+from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import ROOT, Rafka, free_port
 
 pytestmark = pytest.mark.integration
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def cli(rafka: Rafka, *args: str, admin_url: str | None = None) -> subprocess.CompletedProcess[str]:

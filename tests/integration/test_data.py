@@ -8,21 +8,17 @@ import struct
 import subprocess
 import threading
 import time
-import uuid
 from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.integration.clients import create_topic
+from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def _consume_all(bootstrap: str, topic: str, expected: int, group: str | None = None, timeout: float = 30) -> list:

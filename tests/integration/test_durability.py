@@ -6,20 +6,16 @@ import os
 import signal
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.integration.clients import Member, create_topic, wait_for
+from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 
 pytestmark = pytest.mark.integration
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:

@@ -9,20 +9,16 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.clients import Member, consumer, covers_exactly, create_topic, wait_for
+from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 
 pytestmark = pytest.mark.integration
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "cooperative-sticky"])

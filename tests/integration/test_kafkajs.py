@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.integration.clients import unique_name as name
 from tests.integration.conftest import ROOT, Rafka
 from tests.integration.test_security import USERS, SecureRafka
 
@@ -34,10 +33,6 @@ def kafkajs(scenario: str, broker: Rafka, timeout: float = 60, **options: Any) -
                          capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, f"KafkaJS {scenario} failed:\n{out.stderr}\nrafka log:\n{broker.logs()}"
     return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def test_group_shares_partitions_commits_and_resumes(rafka: Rafka) -> None:

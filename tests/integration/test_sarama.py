@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.clients import unique_name as name
 from tests.integration.conftest import ROOT, Rafka
 
 pytestmark = pytest.mark.integration
@@ -89,10 +89,6 @@ def sarama(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
     query = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "golang-github-shopify-sarama-dev"],
                            check=False, capture_output=True, text=True)
     return Sarama(binary, cgo, query.stdout.strip() if query.returncode == 0 else "")
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def new_topic(sarama: Sarama, broker: Rafka, partitions: int = 3) -> str:

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.clients import Member, covers_exactly, create_topic, wait_for
+from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import ROOT, free_port
 from tests.rawclient import RawClient
 
@@ -114,10 +114,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     finally:
         codes = c.stop()
     assert all(code == 0 for code in codes.values()), codes  # every process stops cleanly on SIGTERM
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def test_each_gateway_names_itself_in_find_coordinator_and_metadata(cluster: Cluster) -> None:

@@ -15,8 +15,10 @@ The catalogue of an organisation is owned by the shard of ``stable_hash(org_id,
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
+from collections import Counter
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
@@ -181,6 +183,14 @@ async def create_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     return {"throttle_time": 0, "topics": resp["topics"]}
 
 
+def _partitions_by_shard(ctx: RequestContext, topic: str, count: int) -> dict[int, list[int]]:
+    """Partitions ``0..count-1`` of ``topic`` grouped by the shard that owns their logs."""
+    by_shard: dict[int, list[int]] = {}
+    for p in range(count):
+        by_shard.setdefault(ctx.gateway.router.shard_for_partition(ctx.org_id, topic, p), []).append(p)
+    return by_shard
+
+
 @api(20, 1, 6, "kafka.delete-topics")
 async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     if ctx.api_version < 6:
@@ -198,16 +208,11 @@ async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     drops = []
     for t in resp["topics"]:
         if t.get("error_code") == 0:
-            by_shard: dict[int, list[int]] = {}
-            for p in range(t.get("num_partitions", 0)):
-                by_shard.setdefault(router.shard_for_partition(ctx.org_id, t["name"], p), []).append(p)
             drops += [router.call(s, Op.DELETE_PARTITIONS, ctx.org_id,
                                   {"topic": t["name"], "partitions": ps, "topic_id": t.get("topic_id")}, ctx.trace)
-                      for s, ps in by_shard.items()]
+                      for s, ps in _partitions_by_shard(ctx, t["name"], t.get("num_partitions", 0)).items()]
         t["topic_id"] = uuid.UUID(t["topic_id"]) if t.get("topic_id") else uuid.UUID(int=0)
     if drops:
-        import asyncio
-
         await asyncio.gather(*drops, return_exceptions=True)  # a down shard drops the log when it sees a new topic id
     return {"throttle_time": 0, "responses": resp["topics"]}
 
@@ -229,8 +234,6 @@ async def create_partitions(ctx: RequestContext, req: dict[str, Any]) -> dict[st
 async def describe_log_dirs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     """Each shard's WAL directory is a log dir (shards on one host share one): the organisation's
     partitions it owns, their sizes (0 for a partition nobody produced to) and its disk."""
-    import asyncio
-
     wanted = None if req.get("topics") is None else {t["topic"]: set(t["partitions"]) for t in req["topics"]}
     names = None if wanted is None else list(wanted)
     router = ctx.gateway.router
@@ -243,6 +246,7 @@ async def describe_log_dirs(ctx: RequestContext, req: dict[str, Any]) -> dict[st
         answers, counts = [catalogue] * len(shards), {}
     else:
         counts = {t["name"]: t["partitions"] for t in catalogue["topics"] if not t.get("error_code")}
+    owned = {name: _partitions_by_shard(ctx, name, n) for name, n in sorted(counts.items())}
     dirs: dict[str, dict[str, Any]] = {}
     for s, answer in zip(shards, answers):
         if isinstance(answer, BaseException):  # Kafka's offline log dir
@@ -253,9 +257,9 @@ async def describe_log_dirs(ctx: RequestContext, req: dict[str, Any]) -> dict[st
                                                     "total_bytes": answer["total_bytes"],
                                                     "usable_bytes": answer["usable_bytes"]})
         sizes = {(t, p): size for t, p, size in answer["partitions"]}
-        for name in sorted(counts):
-            for p in range(counts[name]):
-                if (wanted is None or p in wanted[name]) and router.shard_for_partition(ctx.org_id, name, p) == s:
+        for name, by_shard in owned.items():
+            for p in by_shard.get(s, []):
+                if wanted is None or p in wanted[name]:
                     found["topics"].setdefault(name, []).append(
                         {"partition_index": p, "partition_size": sizes.get((name, p), 0), "offset_lag": 0,
                          "is_future_key": False})
@@ -302,9 +306,6 @@ def _alter_refusal(r: dict[str, Any], incremental: bool, node_id: int) -> str | 
 async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], incremental: bool,
                          validate_only: bool) -> list[dict[str, Any]]:
     """One AlterConfigsResourceResponse per resource, in request order."""
-    import asyncio
-    from collections import Counter
-
     seen = Counter((r["resource_type"], r["resource_name"]) for r in resources)
 
     async def one(r: dict[str, Any]) -> dict[str, Any]:
@@ -327,12 +328,11 @@ async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], i
         topic_cache(ctx).invalidate(ctx.org_id)  # produces carry the new configs from now on
         # the logs take them at once too (the retention of a partition nobody produces to)
         router = ctx.gateway.router
-        by_shard: dict[int, list[int]] = {}
-        for p in range(resp["partitions"]):
-            by_shard.setdefault(router.shard_for_partition(ctx.org_id, name, p), []).append(p)
         update = {"topic": name, "configs": resp["configs"], "config_version": resp["config_version"]}
         results = await asyncio.gather(*(router.call(s, Op.UPDATE_CONFIGS, ctx.org_id, {**update, "partitions": ps},
-                                                     ctx.trace) for s, ps in by_shard.items()), return_exceptions=True)
+                                                     ctx.trace)
+                                         for s, ps in _partitions_by_shard(ctx, name, resp["partitions"]).items()),
+                                       return_exceptions=True)
         if any(isinstance(res, BaseException) for res in results):
             return {**out, "error_code": Err.REQUEST_TIMED_OUT,
                     "error_message": "the configs are stored but some partitions' shards did not answer; retry to apply them"}

@@ -92,6 +92,15 @@ func config() *sarama.Config {
 
 func brokerList() []string { return strings.Split(*brokers, ",") }
 
+// connect opens a client (metadata, offsets, coordinators) and a cluster admin.
+func connect() (sarama.Client, sarama.ClusterAdmin) {
+	client, err := sarama.NewClient(brokerList(), config())
+	must(err, "client")
+	admin, err := sarama.NewClusterAdmin(brokerList(), config())
+	must(err, "cluster admin")
+	return client, admin
+}
+
 func must(err error, what string) {
 	if err != nil {
 		log.Fatalf("%s: %v", what, err)
@@ -155,11 +164,8 @@ func createTopic() result {
 
 // topicAdmin: CreatePartitions to -grow, DeleteRecords below -offsets, then DeleteTopic.
 func topicAdmin() result {
-	client, err := sarama.NewClient(brokerList(), config())
-	must(err, "client")
+	client, admin := connect()
 	defer client.Close()
-	admin, err := sarama.NewClusterAdmin(brokerList(), config())
-	must(err, "cluster admin")
 	defer admin.Close()
 	out := result{}
 	grown := admin.CreatePartitions(*topic, int32(*grow), nil, false)
@@ -477,11 +483,8 @@ func consumeGroup() result {
 // groupAdmin: ClusterAdmin's group calls on a live group, then after it emptied,
 // and DeleteGroups (sent to the coordinator: ClusterAdmin 1.22 has no call for it).
 func groupAdmin() result {
-	client, err := sarama.NewClient(brokerList(), config())
-	must(err, "client")
+	client, admin := connect()
 	defer client.Close()
-	admin, err := sarama.NewClusterAdmin(brokerList(), config())
-	must(err, "cluster admin")
 	defer admin.Close()
 	sink := &collector{limit: *n, done: make(chan struct{})}
 	ms, wg := startMembers(*members, sink)
