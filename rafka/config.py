@@ -51,6 +51,7 @@ class Config:
     # topics
     auto_create_topics: bool = True
     default_partitions: int = 1
+    topic_metadata_ttl_ms: int = 1000  # how long a gateway trusts its cached copy of a topic's metadata
 
     def endpoints(self) -> list[str]:
         """The ZeroMQ endpoint of every shard, in shard order."""

@@ -116,7 +116,8 @@ class DataPlane:
                 topics.append({"name": name, "topic_id": None, "partitions": 0, "error_code": 3, "configs": {}})
             else:
                 topics.append({"name": info.name, "topic_id": str(info.topic_id), "partitions": info.partitions,
-                               "error_code": 0, "configs": dict(info.configs), "config_version": info.config_version})
+                               "error_code": 0, "configs": dict(info.configs), "config_version": info.config_version,
+                               "incarnation": info.incarnation})
         respond({"topics": topics})
         return records
 

@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.integration.clients import Member, covers_exactly, create_topic, wait_for
+from tests.integration.clients import Member, consumer, covers_exactly, create_topic, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import ROOT, free_port
 from tests.rawclient import RawClient
@@ -69,7 +69,8 @@ class Cluster:
                                                   "--data-dir", str(tmp / f"shard-{k}"), "--metrics-port", "0"], tmp))
         self.gateways: list[tuple[int, int, int]] = []  # (node id, port, metrics port)
 
-    def add_gateway(self, node_id: int, port: int | None = None, reuse_port: bool = False) -> tuple[int, int, int]:
+    def add_gateway(self, node_id: int, port: int | None = None, reuse_port: bool = False,
+                    extra: tuple[str, ...] = ()) -> tuple[int, int, int]:
         port = port or free_port()
         metrics = free_port()
         argv = ["gateway", "--node-id", str(node_id), "--port", str(port), "--metrics-port", str(metrics),
@@ -77,6 +78,7 @@ class Cluster:
                 "--shard-endpoints", self.endpoints, "--data-dir", str(self.tmp / f"gateway-{node_id}")]
         if reuse_port:
             argv.append("--reuse-port")
+        argv += extra
         self.procs.append(Proc(f"gateway-{node_id}", argv, self.tmp))
         gw = (node_id, port, metrics)
         self.gateways.append(gw)
@@ -184,6 +186,48 @@ def test_one_group_with_members_behind_two_gateways(cluster: Cluster) -> None:
     finally:
         member_a.close()
         member_b.close()
+
+
+def test_a_gateway_with_stale_metadata_cannot_overwrite_a_recreated_topic(cluster: Cluster) -> None:
+    """Gateway B still maps the name to the deleted topic when the new one already has records: its
+    produce is refused as stale (retriable), the client retries on fresh metadata, nothing is lost."""
+    a = cluster.add_gateway(0)
+    b = cluster.add_gateway(1, extra=("--topic-metadata-ttl-ms", "120000"))
+    for _node, port, _m in (a, b):
+        cluster.wait_ready(port)
+    boot_a, boot_b = f"127.0.0.1:{a[1]}", f"127.0.0.1:{b[1]}"
+    topic = _name("t")
+    create_topic(boot_a, topic, 1)
+    via_b = Producer({"bootstrap.servers": boot_b, "linger.ms": 0})
+    via_b.produce(topic, value=b"first incarnation", partition=0)
+    assert via_b.flush(15) == 0  # gateway B now caches the first incarnation for two minutes
+
+    admin = AdminClient({"bootstrap.servers": boot_a})
+    admin.delete_topics([topic])[topic].result(15)
+    create_topic(boot_a, topic, 1)
+    via_a = Producer({"bootstrap.servers": boot_a, "linger.ms": 0})
+    via_a.produce(topic, value=b"new-1", partition=0)
+    assert via_a.flush(15) == 0
+
+    delivered: list[tuple[object, int]] = []
+    via_b.produce(topic, value=b"new-2", partition=0, on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    assert via_b.flush(30) == 0
+    assert [err for err, _ in delivered] == [None]
+
+    reader = consumer(boot_a, _name("g"), **{"auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        reader.assign([TopicPartition(topic, 0, 0)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < 2 and time.monotonic() < deadline:
+            msg = reader.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+        assert got == [b"new-1", b"new-2"]
+        low, high = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert (low, high) == (0, 2)
+    finally:
+        reader.close()
 
 
 def test_gateways_share_one_port_with_reuse_port(cluster: Cluster) -> None:

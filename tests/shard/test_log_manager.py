@@ -299,6 +299,47 @@ def test_delete_partitions_and_recreated_topic_starts_afresh(ctx: Ctx) -> None:
     assert f["partitions"][0]["high_watermark"] == 0  # asking for the old incarnation sees nothing
 
 
+def test_an_op_naming_an_older_incarnation_never_touches_the_new_topic(ctx: Ctx) -> None:
+    """The topic was deleted and created again; a gateway's stale cache still names the old one."""
+    ctx.put(batch(2), topic_id="old", incarnation=3)
+    ctx.put(batch(1), topic_id="new", incarnation=5)  # the new incarnation starts the log afresh
+    assert ctx.records[-2] == Record(RecordType.PARTITION_TRUNCATE, (ORG, "t", 0), None)
+    stale = ctx.put(batch(4), topic_id="old", incarnation=3)
+    assert (stale["error_code"], stale["base_offset"]) == (Errors.NOT_LEADER_OR_FOLLOWER, -1)  # retriable
+    records, _ = ctx.manager.update_configs(ORG, {"topic": "t", "configs": {"retention.ms": "1"},
+                                                  "config_version": 9, "topic_id": "old"})
+    assert records == []
+    records, resp = ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": [0], "topic_id": "old",
+                                                        "incarnation": 3})
+    assert (records, resp) == ([], {"partitions": []}), "a late drop of the old topic leaves the new one"
+    log = ctx.manager.log(ORG, "t", 0, "new")
+    assert log is not None and (log.log_end_offset, log.incarnation, log.overrides) == (1, 5, {})
+    rebuilt = LogManager()  # a restart replays the incarnation, and still refuses the stale op
+    for r in ctx.records:
+        rebuilt.replay(r)
+    assert rebuilt.logs[(ORG, "t", 0)].incarnation == 5
+    assert rebuilt.produce(ORG, {"partitions": [{"topic": "t", "partition": 0, "records": batch(),
+                                                 "topic_id": "old", "incarnation": 3}]}, 0)[1]["partitions"][0][
+        "error_code"] == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_dropping_a_topic_also_drops_logs_an_older_incarnation_left(ctx: Ctx) -> None:
+    ctx.put(batch(2), topic_id="older", incarnation=2)  # e.g. a stale produce after that topic's own drop
+    records, resp = ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": [0], "topic_id": "newer",
+                                                        "incarnation": 4})
+    assert resp == {"partitions": [0]}
+    ctx.apply(records)
+    assert ctx.manager.logs == {}
+
+
+def test_logs_from_before_incarnations_take_one_without_a_reset(ctx: Ctx) -> None:
+    ctx.put(batch(2), topic_id="tid")  # written before ops carried an incarnation
+    assert ctx.put(batch(1), topic_id="tid", incarnation=7)["base_offset"] == 2
+    assert ctx.manager.logs[(ORG, "t", 0)].incarnation == 7
+    truncate = ctx.delete_records(1)
+    assert truncate["error_code"] == Errors.NONE and ctx.records[-1].value["incarnation"] == 7
+
+
 def test_orgs_do_not_see_each_other(ctx: Ctx) -> None:
     ctx.put(batch(2))
     op = {"partitions": [{"topic": "t", "partition": 0, "fetch_offset": 0, "partition_max_bytes": 1000}]}

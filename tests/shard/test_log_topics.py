@@ -61,9 +61,27 @@ def test_create_topic_returns_id_partitions_and_config_sources(ctx: Ctx) -> None
             RecordType.TOPIC,
             (ORG, "orders"),
             {"id": str(uuid.UUID(int=1)), "partitions": 3, "configs": {"retention.ms": "1000"}, "created_ms": 1000,
-             "config_version": 0},
+             "config_version": 1, "incarnation": 1},
         )
     ]
+
+
+def test_versions_grow_across_delete_and_create_and_survive_compaction(ctx: Ctx) -> None:
+    """Partition logs order incarnations of one name by these versions (see LogManager)."""
+    ctx.create("t")
+    alter(ctx, ("retention.ms", SET, "5"))
+    old = ctx.catalog.topic(ORG, "t")
+    assert (old.incarnation, old.config_version) == (1, 2)
+    ctx.run("delete_topics", ORG, {"topics": [{"name": "t"}]})
+    # compaction keeps only the last record of each key: here the deletion marker
+    rebuilt = Ctx()
+    rebuilt.catalog.replay(ctx.log[-1])
+    for catalog in (ctx.catalog, rebuilt.catalog):
+        records, resp = catalog.create_topic(ORG, {"name": "t", "num_partitions": 1, "replication_factor": 1}, 2000)
+        assert resp["error_code"] == Errors.NONE and records[0].value["incarnation"] == 3
+    assert rebuilt.catalog.topic(ORG, "t") is None, "the marker is not a topic"
+    ctx.create("other", org="another-org")
+    assert ctx.catalog.topic("another-org", "other").incarnation == 1, "each org counts its own versions"
 
 
 def test_default_partitions_and_replication_factor(ctx: Ctx) -> None:
@@ -177,7 +195,7 @@ def test_delete_by_name_and_by_id(ctx: Ctx) -> None:
         ("b", Errors.NONE, 4),
     ]
     assert resp["topics"][0]["topic_id"] == a["topic_id"]
-    assert ctx.catalog.list_topics(ORG) == [] and ctx.log[-1] == Record(RecordType.TOPIC, (ORG, "b"), None)
+    assert ctx.catalog.list_topics(ORG) == [] and ctx.log[-1] == Record(RecordType.TOPIC, (ORG, "b"), {"deleted": 2})
     # the name is free again, with a new id, and no longer collides
     again = ctx.create("a")
     assert again["error_code"] == Errors.NONE and again["topic_id"] != a["topic_id"]
@@ -232,16 +250,16 @@ def alter(ctx: Ctx, *configs: tuple[str, int, str | None], incremental: bool = T
 def test_incremental_alter_configs_sets_and_deletes_overrides(ctx: Ctx) -> None:
     ctx.create("t", 4, configs={"retention.ms": "1000", "segment.ms": "5000"})
     resp = alter(ctx, ("max.message.bytes", SET, "2000"), ("retention.ms", DELETE, None))
-    assert resp == {"error_code": Errors.NONE, "error_message": None, "partitions": 4, "config_version": 1,
-                    "configs": {"segment.ms": "5000", "max.message.bytes": "2000"}}
+    assert resp == {"error_code": Errors.NONE, "error_message": None, "partitions": 4, "config_version": 2,
+                    "configs": {"segment.ms": "5000", "max.message.bytes": "2000"}, "topic_id": str(uuid.UUID(int=1))}
     info = ctx.catalog.topic(ORG, "t")
-    assert (info.configs, info.config_version) == ({"segment.ms": "5000", "max.message.bytes": "2000"}, 1)
+    assert (info.configs, info.config_version) == ({"segment.ms": "5000", "max.message.bytes": "2000"}, 2)
     assert info.topic_id == uuid.UUID(int=1) and info.partitions == 4, "the topic keeps its id and partitions"
     written = len(ctx.log)
     # deleting an absent override, or a config no topic has (Kafka ignores it), changes nothing
     resp = alter(ctx, ("retention.ms", DELETE, None), ("min.insync.replicas", DELETE, None))
-    assert (resp["error_code"], resp["config_version"]) == (Errors.NONE, 1) and len(ctx.log) == written
-    assert alter(ctx, ("retention.ms", SET, "5"))["config_version"] == 2
+    assert (resp["error_code"], resp["config_version"]) == (Errors.NONE, 2) and len(ctx.log) == written
+    assert alter(ctx, ("retention.ms", SET, "5"))["config_version"] == 3
 
 
 def test_alter_configs_replaces_every_override(ctx: Ctx) -> None:

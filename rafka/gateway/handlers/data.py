@@ -90,8 +90,10 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
                 continue
             parts.append({"topic": t["name"], "partition": p["index"], "records": records,
                           "topic_id": info.get("topic_id"), "configs": info.get("configs") or {},
-                          "config_version": info.get("config_version", 0)})
+                          "config_version": info.get("config_version", 0), "incarnation": info.get("incarnation", 0)})
     answers = await _split_call(ctx, Op.PRODUCE, parts, {"acks": acks, "timeout_ms": req.get("timeout", 0)}) if parts else {}
+    if any(a.get("error_code") == Err.NOT_LEADER_OR_FOLLOWER for a in answers.values()):
+        topic_cache(ctx).invalidate(ctx.org_id)  # perhaps a topic deleted and created again: the retry looks it up
     if acks == 0:
         return None
     responses = []

@@ -154,7 +154,7 @@ def topic_cache(ctx: RequestContext) -> TopicCache:
     gw = ctx.gateway
     cache = getattr(gw, "topic_cache", None)
     if cache is None:
-        cache = gw.topic_cache = TopicCache()
+        cache = gw.topic_cache = TopicCache(gw.config.topic_metadata_ttl_ms / 1000)
     return cache
 
 
@@ -209,7 +209,8 @@ async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     for t in resp["topics"]:
         if t.get("error_code") == 0:
             drops += [router.call(s, Op.DELETE_PARTITIONS, ctx.org_id,
-                                  {"topic": t["name"], "partitions": ps, "topic_id": t.get("topic_id")}, ctx.trace)
+                                  {"topic": t["name"], "partitions": ps, "topic_id": t.get("topic_id"),
+                                   "incarnation": t.pop("incarnation", 0)}, ctx.trace)
                       for s, ps in _partitions_by_shard(ctx, t["name"], t.get("num_partitions", 0)).items()]
         t["topic_id"] = uuid.UUID(t["topic_id"]) if t.get("topic_id") else uuid.UUID(int=0)
     if drops:
@@ -328,7 +329,8 @@ async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], i
         topic_cache(ctx).invalidate(ctx.org_id)  # produces carry the new configs from now on
         # the logs take them at once too (the retention of a partition nobody produces to)
         router = ctx.gateway.router
-        update = {"topic": name, "configs": resp["configs"], "config_version": resp["config_version"]}
+        update = {"topic": name, "configs": resp["configs"], "config_version": resp["config_version"],
+                  "topic_id": resp.get("topic_id")}
         results = await asyncio.gather(*(router.call(s, Op.UPDATE_CONFIGS, ctx.org_id, {**update, "partitions": ps},
                                                      ctx.trace)
                                          for s, ps in _partitions_by_shard(ctx, name, resp["partitions"]).items()),

@@ -11,12 +11,12 @@ also how a restart rebuilds every log from the write-ahead log. Read handlers
 
 Records (key ``(org, topic, partition)`` unless noted):
 
-* ``PARTITION_BATCH`` ``{batch, append_ms, roll[, configs, config_version][, topic_id]}``:
+* ``PARTITION_BATCH`` ``{batch, append_ms, roll[, configs, config_version][, topic_id][, incarnation]}``:
   one batch with its base offset already stamped, so replay re-appends it exactly.
-  ``configs``/``topic_id`` appear when the produce op carried values the log
-  did not have yet.
+  ``configs``/``topic_id``/``incarnation`` appear when the produce op carried values
+  the log did not have yet.
 * ``PARTITION_TRUNCATE`` ``{log_start_offset, configs, config_version, producers, ongoing_txns,
-  aborted_txns[, topic_id]}``: DeleteRecords or
+  aborted_txns, incarnation[, topic_id]}``: DeleteRecords or
   retention moved the log start (or configs changed); ``None`` drops the log
   (topic deleted).
 * ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
@@ -32,8 +32,11 @@ Partition logs learn their topic's configs (and topic id) from the ops, because
 the catalogue lives on another shard; the catalogue numbers each set of configs, and a
 log keeps the newest (a produce may carry a gateway's cached, older copy after an
 AlterConfigs reached the log). A partition nobody produced to reads as an
-empty log. A produce op whose ``topic_id`` differs from the log's (the topic was
-deleted and created again) starts the log afresh. ``appended_partitions`` tells
+empty log. Ops also carry the topic's ``incarnation`` (the catalogue version that
+created it): a produce naming a newer incarnation than the log's (the topic was
+deleted and created again) starts the log afresh, one naming an older incarnation
+comes from a stale cache and is refused with the retriable NOT_LEADER_OR_FOLLOWER,
+so the client retries on fresh metadata and the new topic's records stay. ``appended_partitions`` tells
 the runtime which partitions got data, to wake parked fetches.
 """
 
@@ -209,8 +212,12 @@ class LogManager:
     def _produce_partition(self, key: PartitionKey, p: dict[str, Any], now_ms: int) -> Result:
         _, topic, partition = key
         tid = None if p.get("topic_id") is None else str(p["topic_id"])
+        incarnation = p.get("incarnation", 0)
         existing = self.logs.get(key)
         reset = existing is not None and self.log(*key, topic_id=tid) is None
+        if reset and existing.incarnation and incarnation <= existing.incarnation:  # type: ignore[union-attr]
+            return [], _produce_error(topic, partition, Errors.NOT_LEADER_OR_FOLLOWER,
+                                      "The topic was deleted and created again: refresh metadata and retry")
         log = existing if existing is not None and not reset else _EMPTY
         configs, version = p.get("configs"), p.get("config_version", 0)
         adopt = log.newer_configs(configs, version)
@@ -247,6 +254,8 @@ class LogManager:
             first["configs"], first["config_version"] = dict(configs), version  # type: ignore[arg-type]
         if tid is not None and tid != log.topic_id:
             first["topic_id"] = tid
+        if incarnation > log.incarnation:
+            first["incarnation"] = incarnation
         records += [Record(RecordType.PARTITION_BATCH, key, v) for v in plan.values]
         return records, ok
 
@@ -286,27 +295,29 @@ class LogManager:
         return records, {"partitions": out}
 
     def delete_partitions(self, org_id: str, op: dict[str, Any]) -> Result:
-        """Drop the logs of a deleted topic. ``op = {topic, partitions: [int] | None[, topic_id]}``.
+        """Drop the logs of a deleted topic. ``op = {topic, partitions: [int] | None[, topic_id][, incarnation]}``.
 
-        ``partitions=None`` drops every partition of the topic this shard holds.
+        ``partitions=None`` drops every partition of the topic this shard holds. Logs of the
+        topic and of older incarnations go; a newer incarnation's log stays (a late drop).
         Response ``{partitions: [dropped partition numbers]}``.
         """
-        topic, wanted = op["topic"], op.get("partitions")
+        topic, wanted, incarnation = op["topic"], op.get("partitions"), op.get("incarnation", 0)
         keys = sorted(
             k
-            for k in self.logs
+            for k, log in self.logs.items()
             if k[0] == org_id
             and k[1] == topic
             and (wanted is None or k[2] in wanted)
-            and self.log(*k, topic_id=op.get("topic_id")) is not None
+            and (self.log(*k, topic_id=op.get("topic_id")) is not None or 0 < log.incarnation < incarnation)
         )
         return [Record(RecordType.PARTITION_TRUNCATE, k, None) for k in keys], {"partitions": [k[2] for k in keys]}
 
     def update_configs(self, org_id: str, op: dict[str, Any]) -> Result:
         """Give existing logs of ``topic`` new config overrides (e.g. a lowered retention.ms).
 
-        ``op = {topic, configs, config_version, partitions: [int] | None}``; response
-        ``{partitions: [updated]}``. Logs that already have these or newer configs are left alone.
+        ``op = {topic, configs, config_version, partitions: [int] | None[, topic_id]}``; response
+        ``{partitions: [updated]}``. Logs that already have these or newer configs, or that belong
+        to another incarnation of the topic, are left alone.
         """
         topic, configs, wanted = op["topic"], dict(op.get("configs") or {}), op.get("partitions")
         version = op.get("config_version", 0)
@@ -315,7 +326,7 @@ class LogManager:
                    {**_truncate(log, log.log_start_offset), "configs": configs, "config_version": version})
             for k, log in sorted(self.logs.items())
             if k[0] == org_id and k[1] == topic and (wanted is None or k[2] in wanted)
-            and log.newer_configs(configs, version)
+            and self.log(*k, topic_id=op.get("topic_id")) is not None and log.newer_configs(configs, version)
         ]
         return records, {"partitions": [r.key[2] for r in records]}
 
@@ -385,10 +396,7 @@ class LogManager:
         log = self.logs.get(key)
         if log is None:
             log = self.logs[key] = PartitionLog()
-        if "topic_id" in value:
-            log.topic_id = value["topic_id"]
-        if "configs" in value:
-            log.set_overrides(value["configs"], value.get("config_version", 0))
+        _adopt_topic(log, value)
         log.apply_batch(value)
 
     def _replay_truncate(self, key: PartitionKey, value: dict[str, Any] | None) -> None:
@@ -398,15 +406,22 @@ class LogManager:
         log = self.logs.get(key)
         if log is None:
             log = self.logs[key] = PartitionLog()
-        if "topic_id" in value:
-            log.topic_id = value["topic_id"]
-        if "configs" in value:
-            log.set_overrides(value["configs"], value.get("config_version", 0))
+        _adopt_topic(log, value)
         if "producers" in value:  # the state when it was written: all of it, even if segments were dropped
             log.producers.restore(value["producers"])
             log.ongoing_txns = {int(p): int(o) for p, o in value["ongoing_txns"]}
             log.aborted_txns = [(int(p), int(f), int(last)) for p, f, last in value["aborted_txns"]]
         log.apply_log_start(value["log_start_offset"])
+
+
+def _adopt_topic(log: PartitionLog, value: dict[str, Any]) -> None:
+    """Replay what a record says of the log's topic: its id, incarnation and configs."""
+    if "topic_id" in value:
+        log.topic_id = value["topic_id"]
+    if "incarnation" in value:
+        log.incarnation = value["incarnation"]
+    if "configs" in value:
+        log.set_overrides(value["configs"], value.get("config_version", 0))
 
 
 def _truncate(log: PartitionLog, log_start_offset: int) -> dict[str, Any]:
@@ -416,7 +431,8 @@ def _truncate(log: PartitionLog, log_start_offset: int) -> dict[str, Any]:
     value: dict[str, Any] = {
         "log_start_offset": log_start_offset, "configs": dict(log.overrides), "config_version": log.config_version,
         "producers": log.producers.snapshot(), "ongoing_txns": [[p, o] for p, o in log.ongoing_txns.items()],
-        "aborted_txns": [list(t) for t in log.aborted_txns if t[2] >= log_start_offset]}
+        "aborted_txns": [list(t) for t in log.aborted_txns if t[2] >= log_start_offset],
+        "incarnation": log.incarnation}
     if log.topic_id is not None:
         value["topic_id"] = log.topic_id
     return value

@@ -105,6 +105,7 @@ class PartitionLog:
         self.topic_id = topic_id
         self.overrides: dict[str, str] = dict(overrides or {})
         self.config_version = 0  # the catalogue's version of ``overrides``: older ones never replace newer
+        self.incarnation = 0  # the catalogue version that created the topic (see TopicCatalog)
         self.config = LogConfig.from_overrides(self.overrides, validate=False)
         self.log_start_offset = 0
         self.segments: list[Segment] = [Segment(0)]

@@ -4,10 +4,19 @@ How this works: one shard owns an org's catalogue; gateways ask it to create,
 delete, grow, describe and reconfigure topics. The handlers are pure: they validate in the
 order Kafka's controller does (name, duplicate in request, existence, '.'/'_'
 collision, replication factor, partition count, configs) and return ``TOPIC``
-records (key ``(org, name)``, value ``{id, partitions, configs, created_ms}``, or
-``None`` for a deleted topic) with the response. ``replay`` is the only code that
-changes the catalogue. Topic ids are random UUIDs, kept as strings in records and
-exposed as ``uuid.UUID``; a failed or validate-only create answers the zero UUID.
+records (key ``(org, name)``, value ``{id, partitions, configs, created_ms,
+config_version, incarnation}``, or ``{deleted: version}`` for a deleted topic) with the
+response. ``replay`` is the only code that changes the catalogue. Topic ids are random
+UUIDs, kept as strings in records and exposed as ``uuid.UUID``; a failed or
+validate-only create answers the zero UUID.
+
+Versions: every create and every config change takes the org's next catalogue version.
+A topic's ``incarnation`` is the version that created it and its ``config_version`` the
+version of its current configs, so both grow across a delete and re-create of the same
+name. Partition logs, which live on other shards and hear of topics only through ops,
+use them to refuse an op that still names an older incarnation (a gateway's stale
+cache) and to keep the newest configs. A deleted topic leaves ``{deleted: version}``
+behind (compaction keeps it) so the org's version never goes back after a restart.
 
 The catalogue knows nothing of partition data: after a DeleteTopics the gateway
 tells the shards that own the partitions to drop them (``LogManager.delete_partitions``).
@@ -69,7 +78,8 @@ class TopicInfo:
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
     created_ms: int = 0
-    config_version: int = 0  # +1 at every alteration: partition logs keep the newest configs
+    config_version: int = 0  # the catalogue version of ``configs``: partition logs keep the newest
+    incarnation: int = 0  # the catalogue version that created the topic (0: created before versions)
 
     def record(self, org_id: str) -> Record:
         """The ``TOPIC`` record that (re)creates this topic on replay."""
@@ -79,6 +89,7 @@ class TopicInfo:
             "configs": dict(self.configs),
             "created_ms": self.created_ms,
             "config_version": self.config_version,
+            "incarnation": self.incarnation,
         }
         return Record(RecordType.TOPIC, (org_id, self.name), value)
 
@@ -108,12 +119,17 @@ class TopicCatalog:
         self._topics: dict[str, dict[str, TopicInfo]] = {}
         self._by_id: dict[tuple[str, uuid.UUID], str] = {}
         self._collisions: dict[tuple[str, str], str] = {}
+        self._versions: dict[str, int] = {}  # org → the highest catalogue version any record holds
 
     # ------------------------------------------------------------------ reads
 
     def topic(self, org_id: str, name: str) -> TopicInfo | None:
         """The topic ``name`` of ``org_id``, or ``None``."""
         return self._topics.get(org_id, {}).get(name)
+
+    def next_version(self, org_id: str) -> int:
+        """The catalogue version the next create or config change of ``org_id`` takes."""
+        return self._versions.get(org_id, 0) + 1
 
     def topic_by_id(self, org_id: str, topic_id: uuid.UUID | str) -> TopicInfo | None:
         """The topic with ``topic_id`` in ``org_id``, or ``None``."""
@@ -241,7 +257,8 @@ class TopicCatalog:
         }
         if op.get("validate_only"):
             return [], {"name": name, "topic_id": ZERO_UUID, **ok}
-        info = TopicInfo(name, self._new_topic_id(), partitions, overrides, now_ms)
+        version = self.next_version(org_id)  # topics created by one request share it: their names differ
+        info = TopicInfo(name, self._new_topic_id(), partitions, overrides, now_ms, version, version)
         pending[key] = name
         return [info.record(org_id)], {"name": name, "topic_id": info.topic_id, **ok}
 
@@ -284,11 +301,12 @@ class TopicCatalog:
                     )
                     continue
             seen.add(info.name)
-            records.append(Record(RecordType.TOPIC, (org_id, info.name), None))
+            records.append(Record(RecordType.TOPIC, (org_id, info.name), {"deleted": self._versions.get(org_id, 0)}))
             results.append(
                 {
                     "name": info.name,
                     "topic_id": info.topic_id,
+                    "incarnation": info.incarnation,
                     "error_code": Errors.NONE,
                     "error_message": None,
                     "num_partitions": info.partitions,
@@ -371,15 +389,16 @@ class TopicCatalog:
             return [], _alter_error(Errors.INVALID_CONFIG, str(exc))
         records = []
         if not op.get("validate_only") and configs != info.configs:
-            info = replace(info, configs=configs, config_version=info.config_version + 1)
+            info = replace(info, configs=configs, config_version=self.next_version(org_id))
             records.append(info.record(org_id))
         return records, {"error_code": Errors.NONE, "error_message": None, "configs": configs,
-                         "config_version": info.config_version, "partitions": info.partitions}
+                         "config_version": info.config_version, "partitions": info.partitions,
+                         "topic_id": str(info.topic_id)}
 
     # ----------------------------------------------------------------- replay
 
     def replay(self, record: Record) -> None:
-        """Apply one ``TOPIC`` record (create/update, or tombstone = delete)."""
+        """Apply one ``TOPIC`` record (create/update, or ``{deleted}``/tombstone = delete)."""
         if record.type != RecordType.TOPIC:
             raise ValueError(f"TopicCatalog cannot replay record type {record.type}")
         org_id, name = record.key[0], record.key[1]
@@ -388,11 +407,14 @@ class TopicCatalog:
         if old is not None:
             self._by_id.pop((org_id, old.topic_id), None)
             self._collisions.pop((org_id, _collision_key(name)), None)
-        if record.value is not None:
-            v = record.value
+        v = record.value
+        if v is not None:
+            seen = max(v.get("deleted", 0), v.get("config_version", 0), v.get("incarnation", 0))
+            self._versions[org_id] = max(self._versions.get(org_id, 0), seen)
+        if v is not None and "deleted" not in v:
             info = TopicInfo(
                 name, uuid.UUID(v["id"]), v["partitions"], dict(v.get("configs") or {}), v.get("created_ms", 0),
-                v.get("config_version", 0),
+                v.get("config_version", 0), v.get("incarnation", 0),
             )
             topics[name] = info
             self._by_id[(org_id, info.topic_id)] = name
