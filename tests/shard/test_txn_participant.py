@@ -85,6 +85,23 @@ def test_open_transaction_holds_the_last_stable_offset() -> None:
     assert lso == 1
 
 
+def test_the_last_stable_offset_never_falls_below_the_log_start() -> None:
+    ctx = LogCtx()
+    ctx.produce(7, [b"a", b"b"])
+    ctx.produce(1, [b"c", b"d"], transactional=False)
+    records, resp = ctx.logs.delete_records(ORG, {"partitions": [{"topic": "t", "partition": 0, "offset": 3}]})
+    ctx.apply(records)
+    assert resp["partitions"][0]["low_watermark"] == 3
+    committed = ctx.fetch(1, offset=3)
+    assert (committed["log_start_offset"], committed["last_stable_offset"], committed["records"]) == (3, 3, b"")
+    latest = ctx.logs.list_offsets(ORG, {"isolation_level": 1, "partitions": [
+        {"topic": "t", "partition": 0, "timestamp": -1}]})["partitions"][0]["offset"]
+    assert latest == 3, "read_committed 'latest' is not below the earliest offset"
+    ctx.marker(7, True)
+    after = ctx.fetch(1, offset=3)
+    assert after["last_stable_offset"] == 5 and values(after) == [b"c", b"d"]  # whole batches, as in Kafka
+
+
 def test_commit_marker_releases_the_data() -> None:
     ctx = LogCtx()
     ctx.produce(7, [b"a", b"b"])

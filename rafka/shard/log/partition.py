@@ -127,8 +127,12 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """First offset of the oldest open transaction, else the high watermark (LSO)."""
-        return min(self.ongoing_txns.values()) if self.ongoing_txns else self.high_watermark
+        """First offset of the oldest open transaction, else the high watermark (LSO); never below
+        the log start (as Kafka's first unstable offset), so DeleteRecords past an open transaction
+        does not leave read_committed readers and ListOffsets below the log."""
+        if not self.ongoing_txns:
+            return self.high_watermark
+        return max(min(self.ongoing_txns.values()), self.log_start_offset)
 
     def aborted_in(self, start: int, end: int) -> list[dict[str, int]]:
         """Aborted transactions overlapping offsets ``[start, end)``: what read_committed needs."""
