@@ -149,8 +149,12 @@ class DataPlane:
     RETENTION_CHECK_MS = 30_000
 
     def start(self, now_ms: int) -> None:
-        """Arm the periodic retention pass (after recovery)."""
-        self.timer.schedule("log-retention", self.RETENTION_CHECK_MS, self.retention)
+        """Run the first retention pass right after recovery, then every RETENTION_CHECK_MS.
+
+        Recovery replays the meta streams (where a producer's expiry is written) before the
+        data streams that re-add it, so expired producers come back until a pass; Kafka too
+        drops expired producers when it loads a log."""
+        self.timer.schedule("log-retention", 0, self.retention)
 
     def retention(self, now_ms: int) -> list[Record]:
         """Periodic retention pass: delete whole segments past retention.ms / retention.bytes."""

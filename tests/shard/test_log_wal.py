@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from rafka.protocol.records import SimpleRecord, build_batch, parse_header
+from rafka.shard.data import DataPlane
 from rafka.shard.log.manager import LogManager
+from rafka.shard.log.producers import PRODUCER_ID_EXPIRATION_MS
 from rafka.shard.records import Record
 from rafka.shard.wal import Wal
 
@@ -116,10 +118,38 @@ def test_producers_and_transactions_survive_the_drop_of_their_first_segments(tmp
         return (log.producers.snapshot(), dict(log.ongoing_txns), list(log.aborted_txns), log.last_stable_offset)
 
     before = txn_state(shard)
-    assert before[1] == {7: 0} and before[3] == 0, "producer 7's transaction is still open"
+    assert before[1] == {7: 0} and before[3] == 15, "producer 7's transaction is still open (LSO at the log start)"
     after = shard.restart()
     assert txn_state(after) == before
     retry = after.produce(30_000, batch={"producer_id": 9, "producer_epoch": 3, "base_sequence": 16})
     assert retry["base_offset"] == 19, "a retried batch is still recognised as a duplicate"
     fenced = after.produce(30_000, batch={"producer_id": 9, "producer_epoch": 2, "base_sequence": 0})
     assert fenced["error_code"] == 47, "an older epoch is still fenced (INVALID_PRODUCER_EPOCH)"
+
+
+class StartTimer:
+    """Keeps what the data plane schedules at start."""
+
+    def __init__(self) -> None:
+        self.scheduled: dict[str, tuple[int, Any]] = {}
+
+    def schedule(self, key: str, delay_ms: int, callback: Any) -> None:
+        self.scheduled[key] = (delay_ms, callback)
+
+
+def test_a_producer_that_expired_before_a_restart_is_not_back_after_it(tmp_path: Path) -> None:
+    shard = Shard(tmp_path)
+    shard.produce(0, batch={"producer_id": 9, "producer_epoch": 3, "base_sequence": 0})
+    now = PRODUCER_ID_EXPIRATION_MS + 1
+    shard.apply(shard.logs.retention(now))  # producer 9 expires
+    after = shard.restart()
+    assert 9 in after.logs.logs[(ORG, "t", 0)].producers.entries, "replay order brings it back until a pass"
+    timer = StartTimer()
+    plane = DataPlane(0, timer)
+    plane.logs = after.logs
+    plane.start(now)
+    delay, first_pass = timer.scheduled["log-retention"]
+    assert delay == 0, "the first pass runs as soon as the shard has recovered"
+    after.apply(first_pass(now))
+    back = after.produce(now, batch={"producer_id": 9, "producer_epoch": 2, "base_sequence": 0})
+    assert back["error_code"] == 0, "a producer id that expired starts afresh, whatever its epoch"
