@@ -124,6 +124,58 @@ def test_kill_9_one_shard_during_synchronous_commits(tmp_path: Path) -> None:
         broker.stop()
 
 
+def test_a_stalled_then_killed_shard_during_idempotent_produce_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    """The producer retries what a stalled or dead shard did not answer; the shard knows (after a
+    restart, from its write-ahead log) which of those batches it already has."""
+    from rafka import ids
+
+    broker = Rafka(tmp_path / "data", shards=2).start()
+    topic, partitions, n = _name("t"), 4, 8000
+    try:
+        create_topic(broker.bootstrap, topic, partitions)
+        victim = f"rafka-shard-{ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, topic, 0), 2)}"
+        pid = broker.children()[victim]
+
+        def chaos() -> None:
+            time.sleep(0.7)
+            os.kill(pid, signal.SIGSTOP)  # requests time out in the client and are sent again,
+            time.sleep(2.5)  # while the originals wait for the shard, which then appends them
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.7)
+            os.kill(pid, signal.SIGKILL)
+
+        p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                      "batch.num.messages": 50, "message.timeout.ms": 60000, "socket.timeout.ms": 1000})
+        failed: list[str] = []
+        note = failed.append
+        chaos_thread = threading.Thread(target=chaos, daemon=True)
+        chaos_thread.start()
+        for i in range(n):
+            p.produce(topic, value=f"{i % partitions}-{i}".encode(), partition=i % partitions,
+                      on_delivery=lambda err, _m: err is None or note(str(err)))
+            if i % 100 == 0:
+                p.poll(0)
+                time.sleep(0.05)  # about four seconds of produce, through the stall and the kill
+        chaos_thread.join()
+        assert p.flush(60) == 0 and failed == []
+        assert broker.children()[victim] != pid, "the supervisor restarted the shard"
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("r"), "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition(topic, part, 0) for part in range(partitions)])
+        got: dict[int, list[str]] = {part: [] for part in range(partitions)}
+        deadline = time.monotonic() + 30
+        while sum(map(len, got.values())) < n and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got[m.partition()].append(m.value().decode())
+        c.close()
+        for part in range(partitions):
+            # every record once, in the order it was produced
+            assert got[part] == [f"{part}-{i}" for i in range(part, n, partitions)], part
+    finally:
+        broker.stop()
+
+
 def _owner_shard(broker: Rafka, group: str) -> int:
     from rafka import ids
 
