@@ -169,7 +169,7 @@ class Stream:
         for record in records:
             if record.type == RecordType.PARTITION_BATCH:
                 self._note_offsets(seq, record)
-            elif record.type == RecordType.PARTITION_TRUNCATE and record.value is None:
+            elif record.type == RecordType.PARTITION_TRUNCATE and (record.value is None or "dropped" in record.value):
                 self.segment_last_offset.clear()
                 dropped = True
         return dropped

@@ -188,46 +188,73 @@ def test_one_group_with_members_behind_two_gateways(cluster: Cluster) -> None:
         member_b.close()
 
 
-def test_a_gateway_with_stale_metadata_cannot_overwrite_a_recreated_topic(cluster: Cluster) -> None:
-    """Gateway B still maps the name to the deleted topic when the new one already has records: its
-    produce is refused as stale (retriable), the client retries on fresh metadata, nothing is lost."""
+def _spread_name(prefix: str, partitions: int, shards: int = 2) -> str:
+    """A topic name whose partitions' logs live on every shard."""
+    from rafka import ids
+
+    while True:
+        name = _name(prefix)
+        owners = {ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, name, p), shards) for p in range(partitions)}
+        if len(owners) == shards:
+            return name
+
+
+def _read(bootstrap: str, topic: str, partitions: int, expected: int) -> dict[int, list[bytes]]:
+    reader = consumer(bootstrap, _name("g"))
+    got: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    try:
+        reader.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline = time.monotonic() + 20
+        while sum(map(len, got.values())) < expected and time.monotonic() < deadline:
+            msg = reader.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got[msg.partition()].append(msg.value())
+        time.sleep(0.5)  # and nothing more arrives
+        while (msg := reader.poll(0.1)) is not None:
+            if msg.error() is None:
+                got[msg.partition()].append(msg.value())
+    finally:
+        reader.close()
+    return got
+
+
+def test_a_gateway_with_stale_metadata_cannot_write_into_a_deleted_topic(cluster: Cluster) -> None:
+    """Gateway B still maps two names to topics deleted and created again through gateway A. Its
+    produces are refused as stale (retriable) whether the new topic already has records or not; the
+    client retries on fresh metadata and every acknowledged record is in the new topic."""
     a = cluster.add_gateway(0)
     b = cluster.add_gateway(1, extra=("--topic-metadata-ttl-ms", "120000"))
     for _node, port, _m in (a, b):
         cluster.wait_ready(port)
     boot_a, boot_b = f"127.0.0.1:{a[1]}", f"127.0.0.1:{b[1]}"
-    topic = _name("t")
-    create_topic(boot_a, topic, 1)
+    parts = 4
+    new_first, stale_first = _spread_name("new-first", parts), _spread_name("stale-first", parts)
     via_b = Producer({"bootstrap.servers": boot_b, "linger.ms": 0})
-    via_b.produce(topic, value=b"first incarnation", partition=0)
-    assert via_b.flush(15) == 0  # gateway B now caches the first incarnation for two minutes
+    for topic in (new_first, stale_first):
+        create_topic(boot_a, topic, parts)
+        for p in range(parts):
+            via_b.produce(topic, value=b"first incarnation", partition=p)
+    assert via_b.flush(15) == 0  # gateway B now caches the first incarnations for two minutes
 
     admin = AdminClient({"bootstrap.servers": boot_a})
-    admin.delete_topics([topic])[topic].result(15)
-    create_topic(boot_a, topic, 1)
+    for topic in (new_first, stale_first):
+        admin.delete_topics([topic])[topic].result(15)
+        create_topic(boot_a, topic, parts)
     via_a = Producer({"bootstrap.servers": boot_a, "linger.ms": 0})
-    via_a.produce(topic, value=b"new-1", partition=0)
-    assert via_a.flush(15) == 0
+    failed: list[object] = []
 
-    delivered: list[tuple[object, int]] = []
-    via_b.produce(topic, value=b"new-2", partition=0, on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
-    assert via_b.flush(30) == 0
-    assert [err for err, _ in delivered] == [None]
+    def produce(producer: Producer, topic: str, value: bytes) -> None:
+        for p in range(parts):
+            producer.produce(topic, value=value, partition=p, on_delivery=lambda err, _m: err and failed.append(err))
+        assert producer.flush(30) == 0
 
-    reader = consumer(boot_a, _name("g"), **{"auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        reader.assign([TopicPartition(topic, 0, 0)])
-        got: list[bytes] = []
-        deadline = time.monotonic() + 20
-        while len(got) < 2 and time.monotonic() < deadline:
-            msg = reader.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
-        assert got == [b"new-1", b"new-2"]
-        low, high = reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        assert (low, high) == (0, 2)
-    finally:
-        reader.close()
+    produce(via_b, stale_first, b"via B")  # the stale produce comes before any record of the new topic
+    produce(via_a, stale_first, b"via A")
+    produce(via_a, new_first, b"via A")  # the new topic has records before the stale produce
+    produce(via_b, new_first, b"via B")
+    assert failed == []
+    assert _read(boot_a, new_first, parts, 2 * parts) == {p: [b"via A", b"via B"] for p in range(parts)}
+    assert _read(boot_a, stale_first, parts, 2 * parts) == {p: [b"via B", b"via A"] for p in range(parts)}
 
 
 def test_gateways_share_one_port_with_reuse_port(cluster: Cluster) -> None:

@@ -324,12 +324,36 @@ def test_an_op_naming_an_older_incarnation_never_touches_the_new_topic(ctx: Ctx)
 
 
 def test_dropping_a_topic_also_drops_logs_an_older_incarnation_left(ctx: Ctx) -> None:
-    ctx.put(batch(2), topic_id="older", incarnation=2)  # e.g. a stale produce after that topic's own drop
+    ctx.put(batch(2), topic_id="older", incarnation=2)  # e.g. its shard was down when that topic was deleted
     records, resp = ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": [0], "topic_id": "newer",
                                                         "incarnation": 4})
     assert resp == {"partitions": [0]}
     ctx.apply(records)
     assert ctx.manager.logs == {}
+
+
+def test_a_deleted_topic_takes_no_produce_from_a_stale_cache_even_without_a_log(ctx: Ctx) -> None:
+    ctx.put(batch(2), topic_id="old", incarnation=3)
+    records, resp = ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": [0, 2], "topic_id": "old",
+                                                        "incarnation": 3})
+    assert resp == {"partitions": [0]}  # partition 2 had no log, but remembers the deletion too
+    assert [(r.key, r.value) for r in records] == [((ORG, "t", 0), {"dropped": 3}), ((ORG, "t", 2), {"dropped": 3})]
+    ctx.apply(records)
+    for partition in (0, 2):
+        stale = ctx.put(batch(), partition=partition, topic_id="old", incarnation=3)
+        assert stale["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER, "nothing is acknowledged into the dead topic"
+    assert ctx.manager.logs == {}
+    again, _ = ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": [0, 2], "topic_id": "old",
+                                                   "incarnation": 3})
+    assert again == [], "a retried drop writes nothing"
+    rebuilt = LogManager()
+    for r in ctx.records:
+        rebuilt.replay(r)
+    assert rebuilt.dropped == {(ORG, "t", 0): 3, (ORG, "t", 2): 3}
+    # the topic created again writes at once; its log then guards the partition
+    assert ctx.put(batch(), topic_id="new", incarnation=5)["base_offset"] == 0
+    assert (ORG, "t", 0) not in ctx.manager.dropped
+    assert ctx.put(batch(), topic_id="old", incarnation=3)["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER
 
 
 def test_logs_from_before_incarnations_take_one_without_a_reset(ctx: Ctx) -> None:

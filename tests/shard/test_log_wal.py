@@ -153,3 +153,17 @@ def test_a_producer_that_expired_before_a_restart_is_not_back_after_it(tmp_path:
     after.apply(first_pass(now))
     back = after.produce(now, batch={"producer_id": 9, "producer_epoch": 2, "base_sequence": 0})
     assert back["error_code"] == 0, "a producer id that expired starts afresh, whatever its epoch"
+
+
+def test_a_deleted_topic_is_remembered_across_a_restart(tmp_path: Path) -> None:
+    shard = Shard(tmp_path)
+    for i in range(12):  # several sealed segments
+        shard.produce(i, incarnation=3)
+    records, _ = shard.logs.delete_partitions(ORG, {"topic": "t", "partitions": [0], "topic_id": "A",
+                                                     "incarnation": 3})
+    shard.apply(records)
+    stream = next(p for p in tmp_path.rglob("*.wal") if "logs" in str(p)).parent
+    assert len(list(stream.glob("*.wal"))) == 1, "the dead topic's sealed segments are deleted"
+    after = shard.restart()
+    assert after.logs.logs == {} and after.logs.dropped == {(ORG, "t", 0): 3}
+    assert after.produce(20, incarnation=3)["error_code"] == 6, "a stale produce is still refused"

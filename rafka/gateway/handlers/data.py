@@ -55,7 +55,7 @@ async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], 
     for s, res in zip(shards, results):
         if isinstance(res, BaseException):
             for p in by_shard[s]:
-                out[(p["topic"], p["partition"])] = {"error_code": partition_error(res)}
+                out[(p["topic"], p["partition"])] = {"error_code": partition_error(res), "unanswered": True}
         else:
             for r in res["partitions"]:
                 out[(r["topic"], r["partition"])] = r
@@ -92,8 +92,9 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
                           "topic_id": info.get("topic_id"), "configs": info.get("configs") or {},
                           "config_version": info.get("config_version", 0), "incarnation": info.get("incarnation", 0)})
     answers = await _split_call(ctx, Op.PRODUCE, parts, {"acks": acks, "timeout_ms": req.get("timeout", 0)}) if parts else {}
-    if any(a.get("error_code") == Err.NOT_LEADER_OR_FOLLOWER for a in answers.values()):
-        topic_cache(ctx).invalidate(ctx.org_id)  # perhaps a topic deleted and created again: the retry looks it up
+    stale = {t for (t, _), a in answers.items() if a["error_code"] == Err.NOT_LEADER_OR_FOLLOWER and "unanswered" not in a}
+    if stale:
+        topic_cache(ctx).invalidate(ctx.org_id, stale)  # a shard saw an older incarnation: the retry looks it up
     if acks == 0:
         return None
     responses = []

@@ -100,9 +100,10 @@ class TopicCache:
         self._by_name: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._by_id: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
 
-    def invalidate(self, org_id: str) -> None:
+    def invalidate(self, org_id: str, names: set[str] | None = None) -> None:
+        """Forget the org's entries (only those of ``names`` when given)."""
         for cache in (self._by_name, self._by_id):
-            for key in [k for k in cache if k[0] == org_id]:
+            for key in [k for k, (_, t) in cache.items() if k[0] == org_id and (names is None or t["name"] in names)]:
                 del cache[key]
 
     async def lookup(self, ctx: RequestContext, names: list[str], auto_create: bool) -> dict[str, dict[str, Any] | None]:
@@ -207,10 +208,11 @@ async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     router = ctx.gateway.router
     drops = []
     for t in resp["topics"]:
+        incarnation = t.pop("incarnation", 0)
         if t.get("error_code") == 0:
             drops += [router.call(s, Op.DELETE_PARTITIONS, ctx.org_id,
                                   {"topic": t["name"], "partitions": ps, "topic_id": t.get("topic_id"),
-                                   "incarnation": t.pop("incarnation", 0)}, ctx.trace)
+                                   "incarnation": incarnation}, ctx.trace)
                       for s, ps in _partitions_by_shard(ctx, t["name"], t.get("num_partitions", 0)).items()]
         t["topic_id"] = uuid.UUID(t["topic_id"]) if t.get("topic_id") else uuid.UUID(int=0)
     if drops:

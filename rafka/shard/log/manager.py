@@ -17,8 +17,9 @@ Records (key ``(org, topic, partition)`` unless noted):
   the log did not have yet.
 * ``PARTITION_TRUNCATE`` ``{log_start_offset, configs, config_version, producers, ongoing_txns,
   aborted_txns, incarnation[, topic_id]}``: DeleteRecords or
-  retention moved the log start (or configs changed); ``None`` drops the log
-  (topic deleted).
+  retention moved the log start (or configs changed); ``{dropped: incarnation}`` drops
+  the log (topic deleted) and remembers that incarnation; ``None`` drops the log (a newer
+  incarnation replaces it, or a record from before incarnations).
 * ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
   allocates an id; ``None`` forgets an expired producer on every partition.
 
@@ -34,9 +35,10 @@ log keeps the newest (a produce may carry a gateway's cached, older copy after a
 AlterConfigs reached the log). A partition nobody produced to reads as an
 empty log. Ops also carry the topic's ``incarnation`` (the catalogue version that
 created it): a produce naming a newer incarnation than the log's (the topic was
-deleted and created again) starts the log afresh, one naming an older incarnation
-comes from a stale cache and is refused with the retriable NOT_LEADER_OR_FOLLOWER,
-so the client retries on fresh metadata and the new topic's records stay. ``appended_partitions`` tells
+deleted and created again) starts the log afresh; one naming an older incarnation,
+or one this partition saw deleted, comes from a gateway's stale cache and is refused
+with the retriable NOT_LEADER_OR_FOLLOWER, so the client retries on fresh metadata:
+nothing is acknowledged into a dead topic, and the new topic's records stay. ``appended_partitions`` tells
 the runtime which partitions got data, to wake parked fetches.
 """
 
@@ -84,6 +86,7 @@ class LogManager:
         self.logs: dict[PartitionKey, PartitionLog] = {}
         self.producer_ids = ProducerIdManager(shard_id)
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.dropped: dict[PartitionKey, int] = {}  # partition → newest incarnation deleted here, while no newer log
 
     # ------------------------------------------------------------------ reads
 
@@ -93,6 +96,18 @@ class LogManager:
         if log is not None and topic_id is not None and log.topic_id is not None and log.topic_id != str(topic_id):
             return None
         return log
+
+    def stale(self, key: PartitionKey, topic_id: str | None, incarnation: int) -> bool:
+        """Whether an op naming ``incarnation`` of the partition's topic comes from a stale cache:
+        a newer incarnation owns the log, or this one was deleted here (0: an op from before
+        incarnations, never stale)."""
+        if not incarnation:
+            return False
+        log = self.logs.get(key)
+        if log is not None and topic_id is not None and log.topic_id not in (None, topic_id) \
+                and incarnation < log.incarnation:
+            return True
+        return incarnation <= self.dropped.get(key, 0)
 
     def log_end_offset(self, org_id: str, topic: str, partition: int) -> int:
         """LEO of a partition (0 if it has no log): lets the runtime decide to wake a fetch."""
@@ -213,11 +228,11 @@ class LogManager:
         _, topic, partition = key
         tid = None if p.get("topic_id") is None else str(p["topic_id"])
         incarnation = p.get("incarnation", 0)
+        if self.stale(key, tid, incarnation):
+            return [], _produce_error(topic, partition, Errors.NOT_LEADER_OR_FOLLOWER,
+                                      "This topic was deleted (perhaps created again): refresh metadata and retry")
         existing = self.logs.get(key)
         reset = existing is not None and self.log(*key, topic_id=tid) is None
-        if reset and existing.incarnation and incarnation <= existing.incarnation:  # type: ignore[union-attr]
-            return [], _produce_error(topic, partition, Errors.NOT_LEADER_OR_FOLLOWER,
-                                      "The topic was deleted and created again: refresh metadata and retry")
         log = existing if existing is not None and not reset else _EMPTY
         configs, version = p.get("configs"), p.get("config_version", 0)
         adopt = log.newer_configs(configs, version)
@@ -299,18 +314,25 @@ class LogManager:
 
         ``partitions=None`` drops every partition of the topic this shard holds. Logs of the
         topic and of older incarnations go; a newer incarnation's log stays (a late drop).
-        Response ``{partitions: [dropped partition numbers]}``.
+        With an incarnation, every wanted partition remembers it, log or not, so a stale
+        produce cannot start a log for the dead topic afterwards.
+        Response ``{partitions: [partitions whose logs were dropped]}``.
         """
         topic, wanted, incarnation = op["topic"], op.get("partitions"), op.get("incarnation", 0)
-        keys = sorted(
-            k
-            for k, log in self.logs.items()
-            if k[0] == org_id
-            and k[1] == topic
-            and (wanted is None or k[2] in wanted)
-            and (self.log(*k, topic_id=op.get("topic_id")) is not None or 0 < log.incarnation < incarnation)
-        )
-        return [Record(RecordType.PARTITION_TRUNCATE, k, None) for k in keys], {"partitions": [k[2] for k in keys]}
+        keys = {k for k in self.logs if k[0] == org_id and k[1] == topic and (wanted is None or k[2] in wanted)}
+        if incarnation:
+            keys |= {(org_id, topic, p) for p in wanted or ()}
+
+        def droppable(k: PartitionKey) -> bool:
+            log = self.logs.get(k)
+            if log is None:
+                return incarnation > self.dropped.get(k, 0)
+            return self.log(*k, topic_id=op.get("topic_id")) is not None or 0 < log.incarnation < incarnation
+
+        keys = {k for k in keys if droppable(k)}
+        value = {"dropped": incarnation} if incarnation else None
+        records = [Record(RecordType.PARTITION_TRUNCATE, k, value) for k in sorted(keys)]
+        return records, {"partitions": sorted(k[2] for k in keys if k in self.logs)}
 
     def update_configs(self, org_id: str, op: dict[str, Any]) -> Result:
         """Give existing logs of ``topic`` new config overrides (e.g. a lowered retention.ms).
@@ -397,11 +419,15 @@ class LogManager:
         if log is None:
             log = self.logs[key] = PartitionLog()
         _adopt_topic(log, value)
+        if log.incarnation > self.dropped.get(key, 0):
+            self.dropped.pop(key, None)  # the log's incarnation refuses older ops from now on
         log.apply_batch(value)
 
     def _replay_truncate(self, key: PartitionKey, value: dict[str, Any] | None) -> None:
-        if value is None:
+        if value is None or "dropped" in value:
             self.logs.pop(key, None)
+            if value is not None:
+                self.dropped[key] = max(self.dropped.get(key, 0), value["dropped"])
             return
         log = self.logs.get(key)
         if log is None:
