@@ -219,9 +219,10 @@ def _read(bootstrap: str, topic: str, partitions: int, expected: int) -> dict[in
 
 
 def test_a_gateway_with_stale_metadata_cannot_write_into_a_deleted_topic(cluster: Cluster) -> None:
-    """Gateway B still maps two names to topics deleted and created again through gateway A. Its
+    """Gateway B still maps three names to topics deleted and created again through gateway A. Its
     produces are refused as stale (retriable) whether the new topic already has records or not; the
-    client retries on fresh metadata and every acknowledged record is in the new topic."""
+    client retries on fresh metadata and every acknowledged record is in the new topic. A consumer
+    behind B is sent to fresh metadata the same way and reads the new topic."""
     a = cluster.add_gateway(0)
     b = cluster.add_gateway(1, extra=("--topic-metadata-ttl-ms", "120000"))
     for _node, port, _m in (a, b):
@@ -229,15 +230,16 @@ def test_a_gateway_with_stale_metadata_cannot_write_into_a_deleted_topic(cluster
     boot_a, boot_b = f"127.0.0.1:{a[1]}", f"127.0.0.1:{b[1]}"
     parts = 4
     new_first, stale_first = _spread_name("new-first", parts), _spread_name("stale-first", parts)
+    read_first = _spread_name("read-first", parts)
     via_b = Producer({"bootstrap.servers": boot_b, "linger.ms": 0})
-    for topic in (new_first, stale_first):
+    for topic in (new_first, stale_first, read_first):
         create_topic(boot_a, topic, parts)
         for p in range(parts):
             via_b.produce(topic, value=b"first incarnation", partition=p)
     assert via_b.flush(15) == 0  # gateway B now caches the first incarnations for two minutes
 
     admin = AdminClient({"bootstrap.servers": boot_a})
-    for topic in (new_first, stale_first):
+    for topic in (new_first, stale_first, read_first):
         admin.delete_topics([topic])[topic].result(15)
         create_topic(boot_a, topic, parts)
     via_a = Producer({"bootstrap.servers": boot_a, "linger.ms": 0})
@@ -252,9 +254,28 @@ def test_a_gateway_with_stale_metadata_cannot_write_into_a_deleted_topic(cluster
     produce(via_a, stale_first, b"via A")
     produce(via_a, new_first, b"via A")  # the new topic has records before the stale produce
     produce(via_b, new_first, b"via B")
+    produce(via_a, read_first, b"via A")
     assert failed == []
     assert _read(boot_a, new_first, parts, 2 * parts) == {p: [b"via A", b"via B"] for p in range(parts)}
     assert _read(boot_a, stale_first, parts, 2 * parts) == {p: [b"via B", b"via A"] for p in range(parts)}
+    # a consumer behind the stale gateway that names topics (Fetch below v13: kafka-python) reads
+    # the new topic, not the deleted one's empty remains
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    kc = KafkaConsumer(bootstrap_servers=boot_b, enable_auto_commit=False, auto_offset_reset="earliest",
+                       retry_backoff_ms=100)
+    try:
+        kc.assign([KTopicPartition(read_first, p) for p in range(parts)])
+        kc.seek_to_beginning()
+        got: dict[int, list[bytes]] = {p: [] for p in range(parts)}
+        deadline = time.monotonic() + 20
+        while sum(map(len, got.values())) < parts and time.monotonic() < deadline:
+            for tp, msgs in kc.poll(timeout_ms=500).items():
+                got[tp.partition] += [m.value for m in msgs]
+        assert got == {p: [b"via A"] for p in range(parts)}
+    finally:
+        kc.close()
 
 
 def test_gateways_share_one_port_with_reuse_port(cluster: Cluster) -> None:

@@ -342,6 +342,10 @@ def test_a_deleted_topic_takes_no_produce_from_a_stale_cache_even_without_a_log(
     for partition in (0, 2):
         stale = ctx.put(batch(), partition=partition, topic_id="old", incarnation=3)
         assert stale["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER, "nothing is acknowledged into the dead topic"
+        named = {"topic": "t", "partition": partition, "topic_id": "old", "incarnation": 3}
+        [f] = ctx.manager.fetch(ORG, {"partitions": [{**named, "fetch_offset": 0}]})["partitions"]
+        [o] = ctx.manager.list_offsets(ORG, {"partitions": [{**named, "timestamp": -1}]})["partitions"]
+        assert f["error_code"] == o["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER, "reads are sent to fresh metadata"
     assert ctx.manager.logs == {}
     again, _ = ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": [0, 2], "topic_id": "old",
                                                    "incarnation": 3})

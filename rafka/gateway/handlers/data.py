@@ -62,6 +62,15 @@ async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], 
     return out
 
 
+def _forget_stale(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, Any]]) -> None:
+    """A shard refused partitions as named by a stale cache (a deleted incarnation of the topic):
+    forget those topics, so the client's retry looks them up afresh."""
+    stale = {t for (t, _), a in answers.items()
+             if a.get("error_code") == Err.NOT_LEADER_OR_FOLLOWER and "unanswered" not in a}
+    if stale:
+        topic_cache(ctx).invalidate(ctx.org_id, stale)
+
+
 def _zstd(records: bytes) -> bool:
     """Whether the (first) v2 batch is zstd-compressed: attributes' low byte is byte 22. Kafka
     looks at the first batch only; a second batch is refused anyway (INVALID_RECORD)."""
@@ -92,9 +101,7 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
                           "topic_id": info.get("topic_id"), "configs": info.get("configs") or {},
                           "config_version": info.get("config_version", 0), "incarnation": info.get("incarnation", 0)})
     answers = await _split_call(ctx, Op.PRODUCE, parts, {"acks": acks, "timeout_ms": req.get("timeout", 0)}) if parts else {}
-    stale = {t for (t, _), a in answers.items() if a["error_code"] == Err.NOT_LEADER_OR_FOLLOWER and "unanswered" not in a}
-    if stale:
-        topic_cache(ctx).invalidate(ctx.org_id, stale)  # a shard saw an older incarnation: the retry looks it up
+    _forget_stale(ctx, answers)
     if acks == 0:
         return None
     responses = []
@@ -110,19 +117,20 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
     return {"responses": responses, "throttle_time": 0}
 
 
-async def _resolve_fetch_topics(ctx: RequestContext, req: dict[str, Any]) -> list[tuple[dict[str, Any], str | None, Any]]:
-    """(request topic, topic name or None, topic id) for each requested topic."""
+async def _resolve_fetch_topics(ctx: RequestContext, req: dict[str, Any]) -> list[tuple[dict[str, Any], str | None, Any, int]]:
+    """(request topic, topic name or None, topic id, incarnation) for each requested topic."""
     out = []
     cache = topic_cache(ctx)
     if ctx.api_version >= 13:
         for t in req["topics"]:
             info = await cache.by_id(ctx, str(t["topic_id"]))
-            out.append((t, info["name"] if info else None, t["topic_id"]))
+            out.append((t, info["name"] if info else None, t["topic_id"], info.get("incarnation", 0) if info else 0))
     else:
         infos = await cache.lookup(ctx, [t["topic"] for t in req["topics"]], False)
         for t in req["topics"]:
             info = infos.get(t["topic"])
-            out.append((t, t["topic"] if info else None, uuid.UUID(info["topic_id"]) if info else None))
+            out.append((t, t["topic"] if info else None, uuid.UUID(info["topic_id"]) if info else None,
+                        info.get("incarnation", 0) if info else 0))
     return out
 
 
@@ -146,7 +154,8 @@ async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra:
     for f, s in futs.items():
         if f.exception():
             for p in by_shard[s]:
-                out[(p["topic"], p["partition"])] = {"error_code": partition_error(f.exception())}  # type: ignore[arg-type]
+                out[(p["topic"], p["partition"])] = {"error_code": partition_error(f.exception()),  # type: ignore[arg-type]
+                                                     "unanswered": True}
         else:
             for r in f.result()["partitions"]:
                 out[(r["topic"], r["partition"])] = r
@@ -164,21 +173,22 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
                  "last_stable_offset": -1, "log_start_offset": -1, "records": b""} for p in t["partitions"]]}
             for t in req["topics"]]}
     parts = []
-    for t, name, topic_id in resolved:
+    for t, name, topic_id, incarnation in resolved:
         if name is None:
             continue
         for p in t["partitions"]:
             parts.append({"topic": name, "partition": p["partition"], "fetch_offset": p["fetch_offset"],
                           "partition_max_bytes": p["partition_max_bytes"],
-                          "topic_id": str(topic_id) if topic_id else None})
+                          "topic_id": str(topic_id) if topic_id else None, "incarnation": incarnation})
     extra = {"max_wait_ms": req.get("max_wait", 0), "min_bytes": req.get("min_bytes", 1),
              "max_bytes": req.get("max_bytes", 2**31 - 1), "isolation_level": req.get("isolation_level", 0)}
     answers = await _parked_fetch(ctx, parts, extra) if parts else {}
+    _forget_stale(ctx, answers)
     if not parts and req.get("max_wait", 0) > 0 and not resolved:
         await asyncio.sleep(min(req["max_wait"], 500) / 1000)  # an empty fetch waits like Kafka's
     missing = Err.UNKNOWN_TOPIC_ID if ctx.api_version >= 13 else Err.UNKNOWN_TOPIC_OR_PARTITION
     responses = []
-    for t, name, topic_id in resolved:
+    for t, name, topic_id, _ in resolved:
         prs = []
         for p in t["partitions"]:
             a = answers.get((name, p["partition"]), {"error_code": missing}) if name else {"error_code": missing}
@@ -195,10 +205,11 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
     parts = [{"topic": t["name"], "partition": p["partition_index"], "timestamp": p["timestamp"],
-              "topic_id": infos[t["name"]]["topic_id"]}  # type: ignore[index]
+              "topic_id": infos[t["name"]]["topic_id"], "incarnation": infos[t["name"]].get("incarnation", 0)}  # type: ignore[index]
              for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
              if p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
     answers = await _split_call(ctx, Op.LIST_OFFSETS, parts, {"isolation_level": req.get("isolation_level", 0)}) if parts else {}
+    _forget_stale(ctx, answers)
     topics = []
     for t in req["topics"]:
         prs = []

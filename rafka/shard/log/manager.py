@@ -109,6 +109,10 @@ class LogManager:
             return True
         return incarnation <= self.dropped.get(key, 0)
 
+    def _stale_read(self, org_id: str, p: dict[str, Any]) -> bool:
+        tid = None if p.get("topic_id") is None else str(p["topic_id"])
+        return self.stale((org_id, p["topic"], p["partition"]), tid, p.get("incarnation", 0))
+
     def log_end_offset(self, org_id: str, topic: str, partition: int) -> int:
         """LEO of a partition (0 if it has no log): lets the runtime decide to wake a fetch."""
         log = self.logs.get((org_id, topic, partition))
@@ -116,12 +120,13 @@ class LogManager:
 
     def fetch(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
         """Fetch. ``op = {max_bytes, isolation_level, partitions: [{topic, partition,
-        fetch_offset, partition_max_bytes[, log_start_offset][, topic_id]}]}``.
+        fetch_offset, partition_max_bytes[, log_start_offset][, topic_id, incarnation]}]}``.
 
         Response ``{partitions: [{topic, partition, error_code, high_watermark,
         last_stable_offset, log_start_offset, aborted_transactions,
         preferred_read_replica, records}]}``. Only the first partition with data
-        may exceed the byte limits (by one batch); errors report offsets as -1.
+        may exceed the byte limits (by one batch); errors report offsets as -1. A partition
+        named by a stale cache (see ``stale``) answers NOT_LEADER_OR_FOLLOWER.
         """
         remaining = op.get("max_bytes", INT32_MAX)
         committed = op.get("isolation_level", 0) == READ_COMMITTED
@@ -131,7 +136,10 @@ class LogManager:
             log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
             limit = min(p.get("partition_max_bytes", INT32_MAX), remaining)
             lso = log.last_stable_offset
-            error, batches = log.read(p["fetch_offset"], limit, min_one, lso if committed else None)
+            if self._stale_read(org_id, p):
+                error, batches = Errors.NOT_LEADER_OR_FOLLOWER, []
+            else:
+                error, batches = log.read(p["fetch_offset"], limit, min_one, lso if committed else None)
             resp = {
                 "topic": p["topic"],
                 "partition": p["partition"],
@@ -156,13 +164,19 @@ class LogManager:
         return {"partitions": out}
 
     def list_offsets(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
-        """ListOffsets. ``op = {isolation_level, partitions: [{topic, partition, timestamp[, topic_id]}]}``.
+        """ListOffsets. ``op = {isolation_level, partitions: [{topic, partition, timestamp[, topic_id,
+        incarnation]}]}``.
 
         Response ``{partitions: [{topic, partition, error_code, timestamp, offset, leader_epoch}]}``.
         """
         out = []
         committed = op.get("isolation_level", 0) == READ_COMMITTED
         for p in op.get("partitions", []):
+            if self._stale_read(org_id, p):
+                out.append({"topic": p["topic"], "partition": p["partition"],
+                            "error_code": Errors.NOT_LEADER_OR_FOLLOWER, "timestamp": -1, "offset": -1,
+                            "leader_epoch": -1})
+                continue
             log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
             offset, timestamp = log.list_offset(p["timestamp"])
             if committed and p["timestamp"] == -1:
