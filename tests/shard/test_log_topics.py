@@ -84,6 +84,18 @@ def test_versions_grow_across_delete_and_create_and_survive_compaction(ctx: Ctx)
     assert ctx.catalog.topic("another-org", "other").incarnation == 1, "each org counts its own versions"
 
 
+def test_records_from_before_versions_replay_and_later_versions_exceed_them(ctx: Ctx) -> None:
+    legacy = {"id": str(uuid.UUID(int=7)), "partitions": 2, "configs": {}, "created_ms": 5, "config_version": 4}
+    ctx.catalog.replay(Record(RecordType.TOPIC, (ORG, "old"), legacy))  # no incarnation; per-topic versions
+    ctx.catalog.replay(Record(RecordType.TOPIC, (ORG, "gone"), dict(legacy, id=str(uuid.UUID(int=8)))))
+    ctx.catalog.replay(Record(RecordType.TOPIC, (ORG, "gone"), None))  # the old tombstone
+    info = ctx.catalog.topic(ORG, "old")
+    assert info is not None and (info.incarnation, info.config_version) == (0, 4)
+    assert ctx.catalog.topic(ORG, "gone") is None
+    assert ctx.create("gone")["error_code"] == Errors.NONE
+    assert ctx.catalog.topic(ORG, "gone").incarnation == 5, "above every version replayed"
+
+
 def test_default_partitions_and_replication_factor(ctx: Ctx) -> None:
     resp = ctx.create("t", -1, rf=-1)
     assert resp["error_code"] == Errors.NONE and resp["num_partitions"] == 1
