@@ -48,6 +48,10 @@ class Config:
     offsets_retention_minutes: int = 7 * 24 * 60
     consumer_group_session_timeout_ms: int = 45_000  # KIP-848 groups (group.consumer.session.timeout.ms)
     consumer_group_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    consumer_group_min_session_timeout_ms: int = 45_000  # bounds of a group's own configs (GROUP resource)
+    consumer_group_max_session_timeout_ms: int = 60_000
+    consumer_group_min_heartbeat_interval_ms: int = 5_000
+    consumer_group_max_heartbeat_interval_ms: int = 15_000
     # topics
     auto_create_topics: bool = True
     default_partitions: int = 1

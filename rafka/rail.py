@@ -38,6 +38,8 @@ class Op(IntEnum):
     DELETE_GROUP = 10
     CONSUMER_GROUP_HEARTBEAT = 11
     CONSUMER_GROUP_DESCRIBE = 12
+    DESCRIBE_GROUP_CONFIGS = 13
+    ALTER_GROUP_CONFIGS = 14
     CREATE_TOPIC = 20
     DELETE_TOPIC = 21
     CREATE_PARTITIONS = 22
@@ -80,6 +82,8 @@ OP_NAMES: dict[int, str] = {
     Op.DELETE_GROUP: "group.delete",
     Op.CONSUMER_GROUP_HEARTBEAT: "group.consumer-heartbeat",
     Op.CONSUMER_GROUP_DESCRIBE: "group.consumer-describe",
+    Op.DESCRIBE_GROUP_CONFIGS: "group.describe-configs",
+    Op.ALTER_GROUP_CONFIGS: "group.alter-configs",
     Op.CREATE_TOPIC: "topic.create",
     Op.DELETE_TOPIC: "topic.delete",
     Op.CREATE_PARTITIONS: "topic.create-partitions",

@@ -66,6 +66,9 @@ class ShardState:
             consumer = self.consumer_groups
             self.handlers[Op.CONSUMER_GROUP_HEARTBEAT] = consumer.heartbeat
             self.handlers[Op.CONSUMER_GROUP_DESCRIBE] = consumer.describe
+            self.handlers[Op.DESCRIBE_GROUP_CONFIGS] = consumer.configs.describe
+            self.handlers[Op.ALTER_GROUP_CONFIGS] = consumer.configs.alter
+            self.register_replay(RecordType.GROUP_CONFIG, consumer.configs.replay)
             for rtype in (RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_MEMBER,
                           RecordType.CONSUMER_GROUP_TARGET):
                 self.register_replay(rtype, consumer.replay)

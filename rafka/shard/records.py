@@ -22,6 +22,7 @@ class RecordType(IntEnum):
     CONSUMER_GROUP_METADATA = 3  # key (org, group); value dict | None (KIP-848 group)
     CONSUMER_GROUP_MEMBER = 4  # key (org, group, member_id); value dict | None
     CONSUMER_GROUP_TARGET = 5  # key (org, group, member_id); value {topic_id: [partitions]} | None
+    GROUP_CONFIG = 6  # key (org, group); value {config name: value} | None (groups.config_manager)
     TOPIC = 10  # key (org, topic); value dict | None
     PARTITION_BATCH = 11  # key (org, topic, partition); value dict
     PARTITION_TRUNCATE = 12  # key (org, topic, partition); value dict (new log start)

@@ -25,6 +25,10 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
         offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
         consumer_session_timeout_ms=cfg.consumer_group_session_timeout_ms,
         consumer_heartbeat_interval_ms=cfg.consumer_group_heartbeat_interval_ms,
+        consumer_min_session_timeout_ms=cfg.consumer_group_min_session_timeout_ms,
+        consumer_max_session_timeout_ms=cfg.consumer_group_max_session_timeout_ms,
+        consumer_min_heartbeat_interval_ms=cfg.consumer_group_min_heartbeat_interval_ms,
+        consumer_max_heartbeat_interval_ms=cfg.consumer_group_max_heartbeat_interval_ms,
     )
     groups = GroupCoordinator(group_cfg, runtime.timer)
     ConsumerGroupCoordinator(group_cfg, runtime.timer, groups)  # registers itself as groups.consumer

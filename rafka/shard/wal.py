@@ -57,6 +57,7 @@ _HEAD = struct.Struct(">II")
 _new_record = tuple.__new__
 MAX_ENTRY = 256 * 1024 * 1024
 META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TOPIC, RecordType.PRODUCER_STATE,
+              RecordType.GROUP_CONFIG,
               RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET,
               RecordType.TXN_METADATA, RecordType.TXN_OFFSET_COMMIT}
 DATA_TYPES = {RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE}
@@ -258,7 +259,7 @@ class Wal:
         t = record.type
         if t in (RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.CONSUMER_GROUP_METADATA,
                  RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET, RecordType.TXN_METADATA,
-                 RecordType.TXN_OFFSET_COMMIT):
+                 RecordType.TXN_OFFSET_COMMIT, RecordType.GROUP_CONFIG):
             return ("meta", ids.coordinator_partition(k[0], k[1], self.partitions))
         if t == RecordType.TOPIC:
             return ("meta", ids.coordinator_partition(k[0], "\0topics", self.partitions))

@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,3 +140,61 @@ def test_committed_offsets_resume_after_rejoin(broker: Rafka) -> None:
         assert sorted(int(r.value()) for r in m.records) == [10, 11, 12, 13]
     finally:
         m.close()
+
+
+def test_a_groups_own_configs_set_its_timings_and_survive_a_restart(tmp_path: Path) -> None:
+    """IncrementalAlterConfigs on a GROUP resource (kafka-python's admin, as kafka-configs
+    --entity-type groups): the group's members get its heartbeat interval and are fenced after
+    its session timeout; DescribeConfigs shows both, also after kill -9 of the broker."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    from tests.rawclient import RawClient
+
+    b = Rafka(tmp_path / "data", extra=["--consumer-group-min-session-timeout-ms", "100",
+                                        "--consumer-group-min-heartbeat-interval-ms", "100"]).start()
+    group, topic = f"g-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    wanted = {"consumer.session.timeout.ms": "2500", "consumer.heartbeat.interval.ms": "700"}
+
+    def described() -> dict[str, tuple[str, str]]:
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+        try:
+            found = admin.describe_configs([ConfigResource(ConfigResourceType.GROUP, group)], config_filter="all")
+        finally:
+            admin.close()
+        return {k: (v["value"], v["config_source"]) for k, v in found["group"][group].items()}
+
+    try:
+        create_topic(b.bootstrap, topic, 2)
+        assert described() == {"consumer.session.timeout.ms": ("45000", "DEFAULT_CONFIG"),
+                               "consumer.heartbeat.interval.ms": ("5000", "DEFAULT_CONFIG")}
+        admin = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+        try:
+            ok = admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, configs=wanted)])
+            bad = admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group,
+                                                      configs={"consumer.session.timeout.ms": "500"})])
+        finally:
+            admin.close()
+        assert ok == {"group": {group: "OK"}}
+        assert "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms" in bad["group"][group]
+        with RawClient("127.0.0.1", b.port) as c:
+            hb = c.request(68, 0, {"group_id": group, "member_id": uuid.uuid4().hex, "member_epoch": 0,
+                                   "instance_id": None, "rack_id": None, "rebalance_timeout": 30000,
+                                   "subscribed_topic_names": [topic], "server_assignor": None,
+                                   "topic_partitions": []})
+            assert (hb["error_code"], hb["heartbeat_interval"]) == (0, 700)
+
+            def members() -> int:
+                d = c.request(69, 0, {"group_ids": [group], "include_authorized_operations": False})
+                return len(d["groups"][0]["members"])
+
+            assert members() == 1
+            start = time.monotonic()
+            wait_for(lambda: members() == 0, 15, "the silent member fenced")
+            assert time.monotonic() - start < 5, "the group's 2.5 s, not the broker's 6 s"
+        port = b.port
+        b.kill_all()
+        b.port = port
+        b.start()
+        assert described() == {k: (v, "DYNAMIC_GROUP_CONFIG") for k, v in wanted.items()}
+    finally:
+        b.stop()

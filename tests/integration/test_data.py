@@ -298,7 +298,8 @@ def test_alter_configs_refusals_match_kafka(rafka: Rafka) -> None:
         resource(4, "7", ("num.partitions", 0, "3")),  # another broker's id
         resource(4, "", ("num.partitions", 0, "3")),  # a static broker config
         resource(2, "", ("retention.ms", 0, "5")),  # the default topic resource
-        resource(32, "some-group", ("consumer.session.timeout.ms", 0, "50000")),
+        resource(16, "some-metrics", ("interval.ms", 0, "5000")),  # CLIENT_METRICS
+        resource(32, "some-group", ("consumer.session.timeout.ms", 0, "50000")),  # GROUP: fine
         resource(2, "dup", ("retention.ms", 0, "5")), resource(2, "dup", ("retention.ms", 0, "6")),
         resource(2, other, ("retention.ms", 1, None), ("min.insync.replicas", 1, None)),  # deletes: fine
     ]
@@ -313,7 +314,8 @@ def test_alter_configs_refusals_match_kafka(rafka: Rafka) -> None:
         (42, "Unexpected broker id, expected 0, but received 7"),
         (42, "Cannot update these configs dynamically: Set(num.partitions)"),
         (42, "Default topic resources are not allowed."),
-        (42, "AlterConfigs is only supported for topics and brokers, but resource type is 32"),
+        (42, "AlterConfigs is only supported for topics and brokers, but resource type is 16"),
+        (0, None),
         (42, "Each resource must appear at most once."), (42, "Each resource must appear at most once."),
         (0, None),
     ]

@@ -52,6 +52,8 @@ def test_create_topic_returns_id_partitions_and_config_sources(ctx: Ctx) -> None
     sources = {c["name"]: (c["value"], c["config_source"]) for c in resp["configs"]}
     assert sources["retention.ms"] == ("1000", DYNAMIC_TOPIC_CONFIG)
     assert sources["segment.bytes"] == ("1073741824", DEFAULT_CONFIG)
+    types = {c["name"]: c["config_type"] for c in resp["configs"]}
+    assert (types["retention.ms"], types["segment.bytes"], types["cleanup.policy"]) == (5, 3, 7)  # LONG, INT, LIST
     info = ctx.catalog.topic(ORG, "orders")
     assert info is not None and info.partitions == 3 and info.configs == {"retention.ms": "1000"}
     assert ctx.catalog.topic_by_id(ORG, uuid.UUID(int=1)) == info

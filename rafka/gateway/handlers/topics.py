@@ -8,6 +8,9 @@ Version notes:
   catalogue validates and stores the overrides, then the shards owning the topic's
   partitions apply them to the logs (retention, segment rolling, the size limit; a
   shard that is down gets them with the next produce). Broker configs are static.
+  A GROUP resource (IncrementalAlterConfigs and DescribeConfigs only, as in Kafka 4)
+  sets a group's own consumer.session.timeout.ms and consumer.heartbeat.interval.ms
+  on the group's coordinator shard (``rafka.shard.groups.config_manager``).
 - DescribeLogDirs 1–4: each shard's WAL directory is a log dir.
 The catalogue of an organisation is owned by the shard of ``stable_hash(org_id,
 "\\0topics")``, so every gateway sees the same topics.
@@ -28,6 +31,13 @@ from rafka.gateway.router import ShardUnavailable
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway")
+TOPIC, BROKER, GROUP = 2, 4, 32  # config resource types
+
+
+async def group_call(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """Call the shard that coordinates ``group_id``."""
+    router = ctx.gateway.router
+    return await router.call(router.shard_for_group(ctx.org_id, group_id), op, ctx.org_id, payload, ctx.trace)  # type: ignore[no-any-return]
 
 
 async def catalog_call(ctx: RequestContext, op: Op, payload: dict[str, Any]) -> dict[str, Any]:
@@ -299,6 +309,8 @@ def _alter_refusal(r: dict[str, Any], incremental: bool, node_id: int) -> str | 
         if r["configs"]:
             return f"Cannot update these configs dynamically: Set({', '.join(c['name'] for c in r['configs'])})"
         return None
+    if rtype == GROUP and incremental:
+        return None if name else "Group name must not be empty."
     if rtype != 2:
         return f"AlterConfigs is only supported for topics and brokers, but resource type is {rtype}"
     if not name:
@@ -320,6 +332,14 @@ async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], i
             return {**out, "error_code": Err.INVALID_REQUEST, "error_message": refusal}
         if rtype == 4:
             return out
+        changes = [[c["name"], c.get("config_operation", 0), c.get("value")] for c in r["configs"]]
+        if rtype == GROUP:
+            try:
+                resp = await group_call(ctx, Op.ALTER_GROUP_CONFIGS, name,
+                                        {"group": name, "configs": changes, "validate_only": validate_only})
+            except ShardUnavailable:
+                return {**out, "error_code": Err.REQUEST_TIMED_OUT, "error_message": "the group's coordinator is unavailable"}
+            return {**out, "error_code": resp["error_code"], "error_message": resp.get("error_message")}
         payload = {"name": name, "incremental": incremental, "validate_only": validate_only,
                    "configs": [[c["name"], c.get("config_operation", 0), c.get("value")] for c in r["configs"]]}
         try:
@@ -366,16 +386,24 @@ async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str
                         "synonyms": []} for k, f in BROKER_CONFIGS.items() if keys is None or k in keys]
             results.append({"error_code": 0, "error_message": None, "resource_type": 4,
                             "resource_name": r["resource_name"], "configs": configs})
-        elif r["resource_type"] == 2:  # TOPIC
+        elif r["resource_type"] in (TOPIC, GROUP):
+            name = r["resource_name"]
             try:
-                resp = await catalog_call(ctx, Op.DESCRIBE_CONFIGS, {"name": r["resource_name"], "configuration_keys": keys})
+                if r["resource_type"] == TOPIC:
+                    resp = await catalog_call(ctx, Op.DESCRIBE_CONFIGS, {"name": name, "configuration_keys": keys})
+                elif name:
+                    resp = await group_call(ctx, Op.DESCRIBE_GROUP_CONFIGS, name,
+                                            {"group": name, "configuration_keys": keys})
+                else:
+                    resp = {"error_code": Err.INVALID_REQUEST, "error_message": "Group name must not be empty."}
             except Exception:
-                resp = {"error_code": Err.REQUEST_TIMED_OUT, "error_message": "catalogue unavailable", "configs": []}
+                resp = {"error_code": Err.REQUEST_TIMED_OUT, "error_message": "coordinator unavailable", "configs": []}
             for c in resp.get("configs", []):
                 c.setdefault("synonyms", [])
                 c["is_default"] = c.get("config_source", 5) == 5
             results.append({"error_code": resp["error_code"], "error_message": resp.get("error_message"),
-                            "resource_type": 2, "resource_name": r["resource_name"], "configs": resp.get("configs", [])})
+                            "resource_type": r["resource_type"], "resource_name": name,
+                            "configs": resp.get("configs", [])})
         else:
             results.append({"error_code": Err.INVALID_REQUEST, "error_message": "unsupported resource type",
                             "resource_type": r["resource_type"], "resource_name": r["resource_name"], "configs": []})

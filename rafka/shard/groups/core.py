@@ -47,6 +47,10 @@ class GroupConfig:
     # KIP-848 consumer groups (group.consumer.*)
     consumer_session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
     consumer_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
+    consumer_min_session_timeout_ms: int = 45_000  # group.consumer.min.session.timeout.ms (bounds a group's
+    consumer_max_session_timeout_ms: int = 60_000  # group.consumer.max.session.timeout.ms  own configs)
+    consumer_min_heartbeat_interval_ms: int = 5_000  # group.consumer.min.heartbeat.interval.ms
+    consumer_max_heartbeat_interval_ms: int = 15_000  # group.consumer.max.heartbeat.interval.ms
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors (first = default)
 
 

@@ -69,6 +69,10 @@ CONFIG_DEFS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "segment.ms": ("604800000", _long(1), "segment_ms"),
 }
 
+INT, LONG, LIST = 3, 5, 7  # DescribeConfigs v3+ config_type, as Kafka's ConfigDef types these
+CONFIG_TYPES = {"cleanup.policy": LIST, "max.message.bytes": INT, "retention.bytes": LONG, "retention.ms": LONG,
+                "segment.bytes": INT, "segment.ms": LONG}
+
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
@@ -117,7 +121,7 @@ def normalize_overrides(overrides: Mapping[str, str | None] | None) -> dict[str,
 def describe(overrides: Mapping[str, str], names: list[str] | None = None) -> list[dict[str, Any]]:
     """Every supported config (or just ``names``) as DescribeConfigs entries.
 
-    Each entry: ``{name, value, read_only, config_source, is_default, is_sensitive}``.
+    Each entry: ``{name, value, read_only, config_source, is_default, is_sensitive, config_type}``.
     Unknown ``names`` are skipped, as Kafka does.
     """
     out = []
@@ -133,6 +137,7 @@ def describe(overrides: Mapping[str, str], names: list[str] | None = None) -> li
                 "config_source": DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG,
                 "is_default": not overridden,
                 "is_sensitive": False,
+                "config_type": CONFIG_TYPES[name],
             }
         )
     return out

@@ -63,6 +63,7 @@ from rafka.shard.groups.consumer.model import (
     target_tombstone,
     unpack_assignment,
 )
+from rafka.shard.groups.config_manager import GroupConfigManager
 from rafka.shard.groups.core import GroupConfig, Respond, Timer, mint_group_uid
 from rafka.shard.groups.errors import Errors
 from rafka.shard.groups.record_helpers import CONSUMER_PROTOCOL_TYPE, group_rrl, new_group_tombstone
@@ -116,6 +117,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
             lambda: str(uuid.uuid4()))
         self._new_group_uid = new_group_uid or getattr(classic, "_new_group_uid", None) or mint_group_uid
         self.groups: dict[tuple[str, str], ConsumerGroup] = {}
+        self.configs = GroupConfigManager(config)  # per-group session timeout and heartbeat interval
         self._join_deadlines: set[str] = set()  # armed rejoin deadlines of classic members (soft state)
         self.loading = True
         if classic is not None:
@@ -193,7 +195,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
     def _schedule_session(self, group: ConsumerGroup, member_id: str) -> None:
         org_id, group_id = group.key
         member = group.members.get(member_id)
-        timeout = self.config.consumer_session_timeout_ms
+        timeout = self.configs.session_timeout_ms(org_id, group_id)
         if member is not None and member.classic is not None:
             timeout = member.classic["session_timeout"]  # a classic member: its JoinGroup session timeout
         self.timer.schedule(session_key(org_id, group_id, member_id), timeout,
@@ -414,7 +416,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
                 or (owned is not None and owned != updated.assigned))
         return {"error_code": Errors.NONE, "error_message": None, "member_id": updated.member_id,
                 "member_epoch": updated.member_epoch,
-                "heartbeat_interval": self.config.consumer_heartbeat_interval_ms,
+                "heartbeat_interval": self.configs.heartbeat_interval_ms(*group.key),
                 "assignment": _wire_assignment(updated.assigned) if send else None}
 
     def _apply_reconciliation(self, group: ConsumerGroup, member: ConsumerMember, updated: ConsumerMember,
