@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rafka import ids
 from rafka.rail import Op
 from rafka.shard.handlers import ShardState
 from rafka.shard.log.manager import LogManager, appended_partitions
@@ -62,9 +63,10 @@ class ParkedFetch:
 class DataPlane:
     """Topic catalogue + partition logs of one shard, with parked fetches."""
 
-    def __init__(self, shard_id: int, timer: Any, default_partitions: int = 1) -> None:
+    def __init__(self, shard_id: int, timer: Any, default_partitions: int = 1,
+                 coordinator_partitions: int = ids.DEFAULT_COORDINATOR_PARTITIONS) -> None:
         self.catalog = TopicCatalog(default_partitions=default_partitions)
-        self.logs = LogManager(shard_id)
+        self.logs = LogManager(shard_id, coordinator_partitions=coordinator_partitions)
         self.timer = timer
         self.parked: dict[str, ParkedFetch] = {}
         self.watchers: dict[tuple[str, str, int], set[str]] = {}
@@ -87,7 +89,8 @@ class DataPlane:
         state.on_start.append(self.start)
         state.data = self
         state.register_replay(RecordType.TOPIC, self.catalog.replay)
-        for rtype in (RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCER_STATE):
+        for rtype in (RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCER_STATE,
+                      RecordType.TOPIC_DROPPED):
             state.register_replay(rtype, self._replay_log)
         self._state = state
 

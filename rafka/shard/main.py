@@ -14,8 +14,8 @@ from rafka.shard.state import build_state
 log = logging.getLogger("rafka.shard")
 
 
-async def serve(cfg: Config, shard_id: int) -> None:
-    """Run shard ``shard_id`` until SIGTERM/SIGINT."""
+async def serve(cfg: Config, shard_id: int) -> bool:
+    """Run shard ``shard_id`` until SIGTERM/SIGINT; False if it stopped because its WAL failed."""
     endpoint = cfg.endpoints()[shard_id]
     runtime = ShardRuntime(shard_id, endpoint, lambda rt: build_state(cfg, shard_id, rt))
     loop = asyncio.get_running_loop()
@@ -24,6 +24,7 @@ async def serve(cfg: Config, shard_id: int) -> None:
     await runtime.serve()
     telemetry.shutdown_tracing()
     log.info("shard %d stopped", shard_id)
+    return not runtime.failed
 
 
 def main(cfg: Config, shard_id: int, standalone_metrics: bool) -> None:
@@ -34,4 +35,5 @@ def main(cfg: Config, shard_id: int, standalone_metrics: bool) -> None:
         from rafka.metrics_http import serve_metrics
 
         serve_metrics(cfg.metrics_port + 1 + shard_id, cfg.host)
-    loops.run(serve(cfg, shard_id))
+    if not loops.run(serve(cfg, shard_id)):
+        raise SystemExit(1)  # restarted by the supervisor, or by systemd's Restart=on-failure

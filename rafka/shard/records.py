@@ -29,6 +29,7 @@ class RecordType(IntEnum):
     PRODUCER_STATE = 13  # key (org, producer_id); value dict | None
     TXN_METADATA = 14  # key (org, transactional_id); value dict | None (rafka.shard.txn.state)
     TXN_OFFSET_COMMIT = 15  # key (org, group, producer_id, topic, partition); value dict | None (pending)
+    TOPIC_DROPPED = 16  # key (org, topic, coordinator partition); value newest incarnation deleted (log.manager)
 
 
 class Record(NamedTuple):

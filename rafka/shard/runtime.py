@@ -29,6 +29,7 @@ from rafka.rail import OP_NAMES, Op, SocketPump, Status, pack, unpack
 from rafka.shard.handlers import ShardState
 from rafka.shard.metrics import ShardMetrics
 from rafka.shard.records import Record
+from rafka.shard.wal import WalError
 
 log = logging.getLogger("rafka.shard")
 
@@ -82,6 +83,7 @@ class ShardRuntime:
         self._sock: zmq.Socket | None = None
         self._pump: SocketPump | None = None
         self._stopping = asyncio.Event()
+        self.failed = False  # the write-ahead log failed: the process exits non-zero to be restarted
 
     @staticmethod
     def now_ms() -> int:
@@ -97,9 +99,19 @@ class ShardRuntime:
         self.current_span = None
         try:
             self.apply(callback(self.now_ms()))
+        except WalError as exc:
+            self.fail(str(exc))
         except Exception:
             log.exception("timer %s failed", key)
         self._schedule_flush()
+
+    def fail(self, why: str) -> None:
+        """The write-ahead log failed: send no reply queued since the last durable point (it could
+        acknowledge what is not stored) and stop, so the shard restarts and replays."""
+        log.critical("the write-ahead log failed (%s): stopping the shard so it restarts and replays", why)
+        self.failed = True
+        self._outbox.clear()
+        self.stop()
 
     # -- responses -------------------------------------------------------
     def responder(self, ident: bytes, rid: int) -> Respond:
@@ -169,14 +181,12 @@ class ShardRuntime:
 
     def _after_sync(self, fut: Any, outbox: dict[bytes, list[list[Any]]]) -> None:
         if fut.exception() is not None:
-            log.critical("the write-ahead log failed (%s): stopping the shard so it restarts and replays",
-                         fut.exception())
-            self.stop()
+            self.fail(str(fut.exception()))
             return
         self._send(outbox)
 
     def _send(self, outbox: dict[bytes, list[list[Any]]]) -> None:
-        if self._sock is None:
+        if self._sock is None or self.failed:
             return
         for ident, batch in outbox.items():
             try:
@@ -199,6 +209,8 @@ class ShardRuntime:
         respond = self.instrumented(OP_NAMES.get(op, str(op)), trace, self.responder(ident, rid))
         try:
             self.state.dispatch(op, org_id, payload, self.now_ms(), respond, trace)  # Op is an IntEnum: int keys match
+        except WalError as exc:
+            self.fail(str(exc))
         except Exception as exc:
             log.exception("op %s failed", op)
             self._outbox[ident].append([rid, int(Status.FAILED), f"{type(exc).__name__}: {exc}"])

@@ -30,7 +30,10 @@ bad checksum) is truncated at the last good entry with a log line. Meta streams
 roll at ``segment_bytes``; sealed segments are compacted in the background by key
 (the last value of each (type, key) survives, tombstones included, order kept),
 so recovery time is bounded by live state, not history. Data streams roll with
-their size and drop whole segments once the log start offset passes them.
+their size and drop whole segments once the log start offset passes them; a data
+stream whose last record drops its log (the topic deleted) is closed and its files
+and directory removed, sealed segments first, so a crash midway leaves the drop
+record to replay.
 """
 
 from __future__ import annotations
@@ -57,10 +60,15 @@ _HEAD = struct.Struct(">II")
 _new_record = tuple.__new__
 MAX_ENTRY = 256 * 1024 * 1024
 META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TOPIC, RecordType.PRODUCER_STATE,
-              RecordType.GROUP_CONFIG,
+              RecordType.GROUP_CONFIG, RecordType.TOPIC_DROPPED,
               RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET,
               RecordType.TXN_METADATA, RecordType.TXN_OFFSET_COMMIT}
 DATA_TYPES = {RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE}
+
+
+class WalError(Exception):
+    """An append failed (disk full, out of file descriptors): nothing appended since the last
+    durable point may be acknowledged."""
 
 
 def encode_entry(records: list[Record]) -> bytes:
@@ -106,6 +114,7 @@ class Stream:
         self.dirty = False
         self.lock = threading.Lock()  # guards the fd against the syncer and the compactor
         self.segment_last_offset: dict[int, int] = {}  # data streams: seq -> last offset stored in it
+        self.ends_dropped = False  # data streams: the last record noted dropped the log
 
     def segments(self) -> list[Path]:
         return sorted(self.dir.glob("*.wal"))
@@ -168,12 +177,29 @@ class Stream:
         are forgotten (a new incarnation counts from 0 again) and its sealed segments can go."""
         dropped = False
         for record in records:
+            self.ends_dropped = record.type == RecordType.PARTITION_TRUNCATE and record.value is None
             if record.type == RecordType.PARTITION_BATCH:
                 self._note_offsets(seq, record)
-            elif record.type == RecordType.PARTITION_TRUNCATE and (record.value is None or "dropped" in record.value):
+            elif self.ends_dropped:
                 self.segment_last_offset.clear()
                 dropped = True
         return dropped
+
+    def remove(self) -> None:
+        """Delete the stream: its log is gone. Sealed segments go first, the one holding the drop last."""
+        with self.lock:
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
+            self.dirty = False
+            segs = self.segments()
+            for path in segs[:-1] + segs[-1:]:
+                path.unlink(missing_ok=True)
+            for d in (self.dir, *list(self.dir.parents)[:3]):  # partition, topic, org, coordinator partition
+                try:
+                    d.rmdir()
+                except OSError:
+                    break  # not empty: another partition or topic still lives there
 
     def _unlink_sealed(self, before: int) -> None:
         for path in self.segments():
@@ -265,6 +291,8 @@ class Wal:
             return ("meta", ids.coordinator_partition(k[0], "\0topics", self.partitions))
         if t == RecordType.PRODUCER_STATE:
             return ("meta", ids.coordinator_partition(k[0], "\0producer-ids", self.partitions))
+        if t == RecordType.TOPIC_DROPPED:
+            return ("meta", int(k[2]))
         if t in DATA_TYPES:
             return ("logs", ids.log_partition(k[0], k[1], int(k[2]), self.partitions), k[0], k[1], int(k[2]))
         raise ValueError(f"no WAL stream for record type {t}")
@@ -298,11 +326,20 @@ class Wal:
                     for part_dir in sorted(topic_dir.iterdir(), key=lambda d: int(d.name)):
                         key = ("logs", p, urllib.parse.unquote(org_dir.name), urllib.parse.unquote(topic_dir.name),
                                int(part_dir.name))
-                        yield from self._stream(key).recover()
+                        stream = self._stream(key)
+                        yield from stream.recover()
+                        if stream.ends_dropped:  # a crash came before the removal
+                            self._remove(key, stream)
 
     # -- live path ------------------------------------------------------------
     def append(self, records: list[Record]) -> None:
-        """Write ``records``: one entry per stream they touch, in order."""
+        """Write ``records``: one entry per stream they touch, in order; ``WalError`` if that fails."""
+        try:
+            self._append(records)
+        except OSError as exc:
+            raise WalError(str(exc)) from exc
+
+    def _append(self, records: list[Record]) -> None:
         by_stream: dict[tuple[Any, ...], list[Record]] = {}
         for r in records:
             by_stream.setdefault(self.stream_key(r), []).append(r)
@@ -313,8 +350,16 @@ class Wal:
             for r in recs:
                 if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:
                     s.drop_below(int(r.value.get("log_start_offset", 0)))
-            if rolled and key[0] == "meta":
+            if s.ends_dropped:
+                self._remove(key, s)
+            elif rolled and key[0] == "meta":
                 self._compact_async(s)
+
+    def _remove(self, key: tuple[Any, ...], stream: Stream) -> None:
+        """Close and delete a data stream whose log was dropped; the next append starts a new one."""
+        stream.remove()
+        self.streams.pop(key, None)
+        self._written.discard(stream)
 
     def commit(self) -> concurrent.futures.Future[None] | None:
         """Make every append so far durable; a future to wait on, or None if nothing waits."""

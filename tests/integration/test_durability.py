@@ -176,6 +176,42 @@ def test_a_stalled_then_killed_shard_during_idempotent_produce_loses_and_duplica
         broker.stop()
 
 
+def test_a_shard_whose_wal_cannot_append_acknowledges_nothing_and_restarts(tmp_path: Path) -> None:
+    """Out of file descriptors (each new partition log opens a WAL file): the shard sends no reply
+    for what it could not log and exits non-zero; restarted, it takes the retries."""
+    import resource
+
+    broker = Rafka(tmp_path / "data", shards=1).start()
+    topic, partitions = _name("t"), 40
+    try:
+        create_topic(broker.bootstrap, topic, partitions)
+        pid = broker.children()["rafka-shard-0"]
+        in_use = len(os.listdir(f"/proc/{pid}/fd"))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 5, in_use + 5))
+        p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 0,
+                      "message.timeout.ms": 60000})
+        acked: list[int] = []
+        for part in range(partitions):
+            p.produce(topic, value=b"%d" % part, partition=part,
+                      on_delivery=lambda err, m: err is None and acked.append(m.partition()))
+        assert p.flush(60) == 0
+        assert broker.children()["rafka-shard-0"] != pid, "the shard exited and was restarted"
+        assert "the write-ahead log failed" in broker.logs()
+        assert sorted(acked) == list(range(partitions))
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("r"), "enable.auto.commit": False})
+        c.assign([TopicPartition(topic, part, 0) for part in range(partitions)])
+        got: dict[int, list[bytes]] = {}
+        deadline = time.monotonic() + 30
+        while sum(map(len, got.values())) < partitions and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.setdefault(m.partition(), []).append(m.value())
+        c.close()
+        assert got == {part: [b"%d" % part] for part in range(partitions)}, "every acknowledged record, once"
+    finally:
+        broker.stop()
+
+
 def _owner_shard(broker: Rafka, group: str) -> int:
     from rafka import ids
 

@@ -8,6 +8,7 @@ from typing import Any
 import msgpack
 import pytest
 
+from rafka.ids import log_partition
 from rafka.protocol.records import CompressionType, SimpleRecord, build_batch, parse_header, split_batches
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.manager import LogManager, appended_partitions
@@ -311,7 +312,9 @@ def test_an_op_naming_an_older_incarnation_never_touches_the_new_topic(ctx: Ctx)
     assert records == []
     records, resp = ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": [0], "topic_id": "old",
                                                         "incarnation": 3})
-    assert (records, resp) == ([], {"partitions": []}), "a late drop of the old topic leaves the new one"
+    assert resp == {"partitions": []} and [r.type for r in records] == [RecordType.TOPIC_DROPPED], \
+        "a late drop of the old topic leaves the new one's log"
+    ctx.apply(records)
     log = ctx.manager.log(ORG, "t", 0, "new")
     assert log is not None and (log.log_end_offset, log.incarnation, log.overrides) == (1, 5, {})
     rebuilt = LogManager()  # a restart replays the incarnation, and still refuses the stale op
@@ -336,8 +339,10 @@ def test_a_deleted_topic_takes_no_produce_from_a_stale_cache_even_without_a_log(
     ctx.put(batch(2), topic_id="old", incarnation=3)
     records, resp = ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": [0, 2], "topic_id": "old",
                                                         "incarnation": 3})
-    assert resp == {"partitions": [0]}  # partition 2 had no log, but remembers the deletion too
-    assert [(r.key, r.value) for r in records] == [((ORG, "t", 0), {"dropped": 3}), ((ORG, "t", 2), {"dropped": 3})]
+    assert resp == {"partitions": [0]}  # partition 2 had no log, but the shard remembers the deletion
+    assert [(r.type, r.key, r.value) for r in records] == [
+        (RecordType.PARTITION_TRUNCATE, (ORG, "t", 0), None),
+        *sorted({(RecordType.TOPIC_DROPPED, (ORG, "t", log_partition(ORG, "t", p)), 3) for p in (0, 2)})]
     ctx.apply(records)
     for partition in (0, 2):
         stale = ctx.put(batch(), partition=partition, topic_id="old", incarnation=3)
@@ -353,10 +358,9 @@ def test_a_deleted_topic_takes_no_produce_from_a_stale_cache_even_without_a_log(
     rebuilt = LogManager()
     for r in ctx.records:
         rebuilt.replay(r)
-    assert rebuilt.dropped == {(ORG, "t", 0): 3, (ORG, "t", 2): 3}
-    # the topic created again writes at once; its log then guards the partition
+    assert rebuilt.dropped == {(ORG, "t"): 3}
+    # the topic created again writes at once; the stale op is still refused
     assert ctx.put(batch(), topic_id="new", incarnation=5)["base_offset"] == 0
-    assert (ORG, "t", 0) not in ctx.manager.dropped
     assert ctx.put(batch(), topic_id="old", incarnation=3)["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER
 
 

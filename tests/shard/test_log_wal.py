@@ -10,8 +10,8 @@ from rafka.protocol.records import SimpleRecord, build_batch, parse_header
 from rafka.shard.data import DataPlane
 from rafka.shard.log.manager import LogManager
 from rafka.shard.log.producers import PRODUCER_ID_EXPIRATION_MS
-from rafka.shard.records import Record
-from rafka.shard.wal import Wal
+from rafka.shard.records import Record, RecordType
+from rafka.shard.wal import Wal, encode_entry
 
 ORG, PARTITIONS = "acme", 4
 CONFIGS = {"retention.ms": "3600000"}
@@ -23,7 +23,7 @@ class Shard:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.wal = Wal(path, set(range(PARTITIONS)), PARTITIONS, fsync="never", segment_bytes=400)
-        self.logs = LogManager()
+        self.logs = LogManager(coordinator_partitions=PARTITIONS)
 
     def apply(self, records: list[Record]) -> None:
         self.wal.append(records)
@@ -88,7 +88,7 @@ def test_a_deleted_topic_leaves_no_segments_and_does_not_hold_back_its_successor
     segments = lambda: len(list((tmp_path / "logs").rglob("*.wal")))  # noqa: E731
     assert segments() > 3
     shard.apply(shard.logs.delete_partitions(ORG, {"topic": "t", "partitions": None, "topic_id": "A"})[0])
-    assert segments() == 1, "the deleted topic's sealed segments are gone"
+    assert segments() == 0, "the deleted topic's segments are gone"
     for i in range(20):
         shard.produce(20_000 + i, topic_id="B", configs={}, config_version=0)
     shard.delete_records(15)
@@ -162,8 +162,31 @@ def test_a_deleted_topic_is_remembered_across_a_restart(tmp_path: Path) -> None:
     records, _ = shard.logs.delete_partitions(ORG, {"topic": "t", "partitions": [0], "topic_id": "A",
                                                      "incarnation": 3})
     shard.apply(records)
-    stream = next(p for p in tmp_path.rglob("*.wal") if "logs" in str(p)).parent
-    assert len(list(stream.glob("*.wal"))) == 1, "the dead topic's sealed segments are deleted"
+    assert not [p for p in tmp_path.rglob("*.wal") if "logs" in str(p)], "the dead log's files are deleted"
+    assert list((tmp_path / "logs").iterdir()) == [], "and its directories"
     after = shard.restart()
-    assert after.logs.logs == {} and after.logs.dropped == {(ORG, "t", 0): 3}
+    assert after.logs.logs == {} and after.logs.dropped == {(ORG, "t"): 3}
     assert after.produce(20, incarnation=3)["error_code"] == 6, "a stale produce is still refused"
+
+
+def test_deleted_topics_hold_no_files_and_a_crash_before_the_removal_is_cleaned_up(tmp_path: Path) -> None:
+    shard = Shard(tmp_path)
+    for n in range(20):
+        for partition in range(5):
+            data = build_batch([SimpleRecord(b"k", b"v", 0)])
+            op = {"partitions": [{"topic": f"t{n}", "partition": partition, "records": data, "incarnation": 1}]}
+            shard.apply(shard.logs.produce(ORG, op, 0)[0])
+        shard.apply(shard.logs.delete_partitions(ORG, {"topic": f"t{n}", "partitions": list(range(5)),
+                                                        "incarnation": 1})[0])
+    assert [k for k in shard.wal.streams if k[0] == "logs"] == [], "no data stream stays open"
+    assert list((tmp_path / "logs").iterdir()) == []
+    # a crash between writing a drop and removing the stream: recovery removes it
+    key = ("logs", 0, ORG, "crashed", 0)
+    stream = shard.wal._stream(key)
+    for r in ([Record(RecordType.PARTITION_BATCH, (ORG, "crashed", 0), {"batch": build_batch(
+            [SimpleRecord(b"k", b"v", 0)]), "append_ms": 0, "roll": True})],
+              [Record(RecordType.PARTITION_TRUNCATE, (ORG, "crashed", 0), None)]):
+        stream.append(r, encode_entry(r))
+    after = shard.restart()
+    assert after.logs.logs == {} and [k for k in after.wal.streams if k[0] == "logs"] == []
+    assert list((tmp_path / "logs").iterdir()) == []

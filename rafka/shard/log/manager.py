@@ -17,9 +17,11 @@ Records (key ``(org, topic, partition)`` unless noted):
   the log did not have yet.
 * ``PARTITION_TRUNCATE`` ``{log_start_offset, configs, config_version, producers, ongoing_txns,
   aborted_txns, incarnation[, topic_id]}``: DeleteRecords or
-  retention moved the log start (or configs changed); ``{dropped: incarnation}`` drops
-  the log (topic deleted) and remembers that incarnation; ``None`` drops the log (a newer
-  incarnation replaces it, or a record from before incarnations).
+  retention moved the log start (or configs changed); ``None`` drops the log (topic
+  deleted, or a newer incarnation replaces it).
+* ``TOPIC_DROPPED`` key ``(org, topic, coordinator partition)``: the newest incarnation of
+  the topic deleted on this shard (a meta record, one per coordinator partition the
+  topic's logs here belong to, so it moves with them when the shard count changes).
 * ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
   allocates an id; ``None`` forgets an expired producer on every partition.
 
@@ -47,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rafka import ids
 from rafka.protocol.records import CorruptRecordError, parse_header, split_batches
 from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
@@ -82,11 +85,13 @@ def _produce_error(topic: str, partition: int, code: Errors, message: str | None
 class LogManager:
     """The partition logs and producer ids of one shard."""
 
-    def __init__(self, shard_id: int = 0, *, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> None:
+    def __init__(self, shard_id: int = 0, *, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+                 coordinator_partitions: int = ids.DEFAULT_COORDINATOR_PARTITIONS) -> None:
         self.logs: dict[PartitionKey, PartitionLog] = {}
         self.producer_ids = ProducerIdManager(shard_id)
         self.producer_id_expiration_ms = producer_id_expiration_ms
-        self.dropped: dict[PartitionKey, int] = {}  # partition → newest incarnation deleted here, while no newer log
+        self.coordinator_partitions = coordinator_partitions
+        self.dropped: dict[tuple[str, str], int] = {}  # (org, topic) → newest incarnation deleted on this shard
 
     # ------------------------------------------------------------------ reads
 
@@ -107,7 +112,7 @@ class LogManager:
         if log is not None and topic_id is not None and log.topic_id not in (None, topic_id) \
                 and incarnation < log.incarnation:
             return True
-        return incarnation <= self.dropped.get(key, 0)
+        return incarnation <= self.dropped.get((key[0], key[1]), 0)
 
     def _stale_read(self, org_id: str, p: dict[str, Any]) -> bool:
         tid = None if p.get("topic_id") is None else str(p["topic_id"])
@@ -328,25 +333,25 @@ class LogManager:
 
         ``partitions=None`` drops every partition of the topic this shard holds. Logs of the
         topic and of older incarnations go; a newer incarnation's log stays (a late drop).
-        With an incarnation, every wanted partition remembers it, log or not, so a stale
-        produce cannot start a log for the dead topic afterwards.
+        The shard also remembers the incarnation (``TOPIC_DROPPED``), so a stale produce
+        cannot start a log for the dead topic afterwards, on any of its partitions.
         Response ``{partitions: [partitions whose logs were dropped]}``.
         """
         topic, wanted, incarnation = op["topic"], op.get("partitions"), op.get("incarnation", 0)
-        keys = {k for k in self.logs if k[0] == org_id and k[1] == topic and (wanted is None or k[2] in wanted)}
-        if incarnation:
-            keys |= {(org_id, topic, p) for p in wanted or ()}
-
-        def droppable(k: PartitionKey) -> bool:
-            log = self.logs.get(k)
-            if log is None:
-                return incarnation > self.dropped.get(k, 0)
-            return self.log(*k, topic_id=op.get("topic_id")) is not None or 0 < log.incarnation < incarnation
-
-        keys = {k for k in keys if droppable(k)}
-        value = {"dropped": incarnation} if incarnation else None
-        records = [Record(RecordType.PARTITION_TRUNCATE, k, value) for k in sorted(keys)]
-        return records, {"partitions": sorted(k[2] for k in keys if k in self.logs)}
+        keys = sorted(
+            k
+            for k, log in self.logs.items()
+            if k[0] == org_id
+            and k[1] == topic
+            and (wanted is None or k[2] in wanted)
+            and (self.log(*k, topic_id=op.get("topic_id")) is not None or 0 < log.incarnation < incarnation)
+        )
+        records = [Record(RecordType.PARTITION_TRUNCATE, k, None) for k in keys]
+        if incarnation > self.dropped.get((org_id, topic), 0):
+            parts = wanted if wanted is not None else [k[2] for k in keys]
+            streams = sorted({ids.log_partition(org_id, topic, p, self.coordinator_partitions) for p in parts})
+            records += [Record(RecordType.TOPIC_DROPPED, (org_id, topic, cp), incarnation) for cp in streams]
+        return records, {"partitions": [k[2] for k in keys]}
 
     def update_configs(self, org_id: str, op: dict[str, Any]) -> Result:
         """Give existing logs of ``topic`` new config overrides (e.g. a lowered retention.ms).
@@ -418,6 +423,9 @@ class LogManager:
             self._replay_batch(key, record.value)
         elif record.type == RecordType.PARTITION_TRUNCATE:
             self._replay_truncate(key, record.value)
+        elif record.type == RecordType.TOPIC_DROPPED:
+            topic = (key[0], key[1])
+            self.dropped[topic] = max(self.dropped.get(topic, 0), int(record.value))
         elif record.type == RecordType.PRODUCER_STATE:
             if record.value is not None:
                 self.producer_ids.replay(record)
@@ -433,15 +441,11 @@ class LogManager:
         if log is None:
             log = self.logs[key] = PartitionLog()
         _adopt_topic(log, value)
-        if log.incarnation > self.dropped.get(key, 0):
-            self.dropped.pop(key, None)  # the log's incarnation refuses older ops from now on
         log.apply_batch(value)
 
     def _replay_truncate(self, key: PartitionKey, value: dict[str, Any] | None) -> None:
-        if value is None or "dropped" in value:
+        if value is None:
             self.logs.pop(key, None)
-            if value is not None:
-                self.dropped[key] = max(self.dropped.get(key, 0), value["dropped"])
             return
         log = self.logs.get(key)
         if log is None:
