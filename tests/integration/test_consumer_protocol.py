@@ -177,6 +177,13 @@ def test_a_groups_own_configs_set_its_timings_and_survive_a_restart(tmp_path: Pa
         assert ok == {"group": {group: "OK"}}
         assert "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms" in bad["group"][group]
         with RawClient("127.0.0.1", b.port) as c:
+            legacy = c.request(33, 2, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+                {"name": k, "value": v} for k, v in wanted.items()]}], "validate_only": True})  # AlterConfigs
+            assert [r["error_code"] for r in legacy["responses"]] == [0]
+            d = c.request(32, 4, {"resources": [{"resource_type": 32, "resource_name": group, "configuration_keys": []}],
+                                  "include_synonyms": False, "include_documentation": False})
+            assert {x["name"]: (x["value"], x["config_type"]) for x in d["results"][0]["configs"]} == {
+                k: (v, 3) for k, v in wanted.items()}, "an empty key list asks for every config, typed INT"
             hb = c.request(68, 0, {"group_id": group, "member_id": uuid.uuid4().hex, "member_epoch": 0,
                                    "instance_id": None, "rack_id": None, "rebalance_timeout": 30000,
                                    "subscribed_topic_names": [topic], "server_assignor": None,

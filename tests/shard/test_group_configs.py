@@ -13,10 +13,12 @@ from tests.shard.test_groups_context import Response, roundtrip
 SET, DELETE, APPEND = 0, 1, 2
 
 
-def alter(ctx: Ctx, *changes: tuple[str, int, str | None], group: str = "g", validate_only: bool = False) -> Response:
+def alter(ctx: Ctx, *changes: tuple[str, int, str | None], group: str = "g", validate_only: bool = False,
+          incremental: bool = True) -> Response:
     response = Response()
     records = ctx.cg.configs.alter(ctx.org, {"group": group, "configs": [list(c) for c in changes],
-                                             "validate_only": validate_only}, ctx.now, response)
+                                             "incremental": incremental, "validate_only": validate_only},
+                                   ctx.now, response)
     for r in records:
         ctx.cg.configs.replay(roundtrip(r))
     ctx.log += records
@@ -53,6 +55,10 @@ def test_refusals_match_kafkas_group_config() -> None:
          (40, "consumer.heartbeat.interval.ms must be greater than or equal to group.consumer.min.heartbeat.interval.ms")),
         ((HEARTBEAT_INTERVAL, SET, "abc"),
          (40, "Invalid value abc for configuration consumer.heartbeat.interval.ms: Not a number of type INT")),
+        ((HEARTBEAT_INTERVAL, SET, "5_000"),
+         (40, "Invalid value 5_000 for configuration consumer.heartbeat.interval.ms: Not a number of type INT")),
+        ((HEARTBEAT_INTERVAL, SET, "2147483648"),
+         (40, "Invalid value 2147483648 for configuration consumer.heartbeat.interval.ms: Not a number of type INT")),
         ((HEARTBEAT_INTERVAL, SET, "0"),
          (40, "Invalid value 0 for configuration consumer.heartbeat.interval.ms: Value must be at least 1")),
         (("share.session.timeout.ms", SET, "45000"), (40, "Unknown group config name: share.session.timeout.ms")),
@@ -80,3 +86,18 @@ def test_a_group_takes_its_own_session_timeout_and_heartbeat_interval() -> None:
     assert ctx.cgroup() is None or "m1" not in ctx.cgroup().members, "fenced after the group's own 8 s"
     assert "m2" in ctx.cgroup("other").members
     assert ctx.hb("m3", 0, ["t"], group_id="other")["heartbeat_interval"] == 5000
+
+
+def test_values_are_stored_as_parsed_and_alter_configs_replaces_every_override() -> None:
+    ctx = Ctx()
+    assert alter(ctx, (SESSION_TIMEOUT, SET, " +50000 "), (HEARTBEAT_INTERVAL, SET, "6000")).error == 0
+    assert describe(ctx) == {SESSION_TIMEOUT: ("50000", 8), HEARTBEAT_INTERVAL: ("6000", 8)}
+    assert alter(ctx, (HEARTBEAT_INTERVAL, SET, "7000"), incremental=False).error == 0  # AlterConfigs
+    assert describe(ctx) == {SESSION_TIMEOUT: ("45000", 5), HEARTBEAT_INTERVAL: ("7000", 8)}
+
+
+def test_unset_configs_are_validated_at_kafkas_defaults_not_the_brokers() -> None:
+    ctx = Ctx(consumer_session_timeout_ms=6000, consumer_heartbeat_interval_ms=300)  # outside the bounds
+    assert describe(ctx) == {SESSION_TIMEOUT: ("6000", 5), HEARTBEAT_INTERVAL: ("300", 5)}
+    assert alter(ctx, (SESSION_TIMEOUT, SET, "50000")).error == 0
+    assert alter(ctx, (SESSION_TIMEOUT, DELETE, None)).error == 0

@@ -8,7 +8,7 @@ Version notes:
   catalogue validates and stores the overrides, then the shards owning the topic's
   partitions apply them to the logs (retention, segment rolling, the size limit; a
   shard that is down gets them with the next produce). Broker configs are static.
-  A GROUP resource (IncrementalAlterConfigs and DescribeConfigs only, as in Kafka 4)
+  A GROUP resource (IncrementalAlterConfigs, AlterConfigs and DescribeConfigs)
   sets a group's own consumer.session.timeout.ms and consumer.heartbeat.interval.ms
   on the group's coordinator shard (``rafka.shard.groups.config_manager``).
 - DescribeLogDirs 1–4: each shard's WAL directory is a log dir.
@@ -309,8 +309,8 @@ def _alter_refusal(r: dict[str, Any], incremental: bool, node_id: int) -> str | 
         if r["configs"]:
             return f"Cannot update these configs dynamically: Set({', '.join(c['name'] for c in r['configs'])})"
         return None
-    if rtype == GROUP and incremental:
-        return None if name else "Group name must not be empty."
+    if rtype == GROUP:
+        return None if name else "Default group resources are not allowed."
     if rtype != 2:
         return f"AlterConfigs is only supported for topics and brokers, but resource type is {rtype}"
     if not name:
@@ -336,7 +336,8 @@ async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], i
         if rtype == GROUP:
             try:
                 resp = await group_call(ctx, Op.ALTER_GROUP_CONFIGS, name,
-                                        {"group": name, "configs": changes, "validate_only": validate_only})
+                                        {"group": name, "configs": changes, "incremental": incremental,
+                                         "validate_only": validate_only})
             except ShardUnavailable:
                 return {**out, "error_code": Err.REQUEST_TIMED_OUT, "error_message": "the group's coordinator is unavailable"}
             return {**out, "error_code": resp["error_code"], "error_message": resp.get("error_message")}
@@ -379,7 +380,7 @@ async def alter_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
 async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     results = []
     for r in req["resources"]:
-        keys = r.get("configuration_keys")
+        keys = r.get("configuration_keys") or None  # Kafka: an empty list asks for every config
         if r["resource_type"] == 4:  # BROKER
             cfg = ctx.gateway.config
             configs = [{"name": k, "value": f(cfg), "read_only": True, "config_source": 5, "is_sensitive": False,

@@ -2,10 +2,12 @@
 
 How this works: a GROUP config resource (DescribeConfigs, IncrementalAlterConfigs) names
 a group, and its configs live on that group's coordinator shard, whether or not the group
-exists: as in Kafka, a group can be configured before its first member joins. ``alter``
-validates like Kafka's ``GroupConfig.validate`` (known names, integers of at least 1,
-within the coordinator's ``group.consumer.*`` bounds, a session timeout above the
-heartbeat interval) and returns one GROUP_CONFIG record, key ``(org, group)``, value
+exists: as in Kafka, a group can be configured before its first member joins, and its
+configs outlive it. ``alter`` (IncrementalAlterConfigs, or AlterConfigs replacing every
+override) validates like Kafka's ``GroupConfig.validate`` (known names, integers of at
+least 1, within the coordinator's ``group.consumer.*`` bounds, a session timeout above
+the heartbeat interval, unset names at Kafka's built-in defaults) and stores each value
+as the integer it parsed to. It returns one GROUP_CONFIG record, key ``(org, group)``, value
 ``{name: value}`` or ``None`` once no override is left. ``replay`` is the only code that
 changes them. KIP-848 groups read the session timeout and heartbeat interval from here
 at every heartbeat, so a change applies from each member's next heartbeat. Kafka's
@@ -14,6 +16,7 @@ share-group configs (KIP-932) are unknown names here: rafka has no share groups.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rafka.shard.groups.core import GroupConfig, Respond
@@ -25,6 +28,9 @@ NAMES = (HEARTBEAT_INTERVAL, SESSION_TIMEOUT)
 DEFAULT_CONFIG, GROUP_CONFIG = 5, 8  # DescribeConfigs config_source
 INT = 3  # DescribeConfigs config_type
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+KAFKA_DEFAULTS = {SESSION_TIMEOUT: "45000", HEARTBEAT_INTERVAL: "5000"}  # GroupConfig's own, used to validate
+INT32_MAX = 2**31 - 1
+_INT = re.compile(r"[+-]?[0-9]+")
 NONE, INVALID_CONFIG, INVALID_REQUEST = 0, 40, 42
 
 
@@ -77,14 +83,15 @@ class GroupConfigManager:
         return []
 
     def alter(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        """IncrementalAlterConfigs for one group. ``op = {group, configs: [[name, operation, value]],
-        validate_only}``; answers ``{error_code, error_message}``."""
+        """Alter one group's configs. ``op = {group, configs: [[name, operation, value]],
+        incremental, validate_only}`` (AlterConfigs, not incremental, replaces every override);
+        answers ``{error_code, error_message}``."""
         del now_ms
         key = (org_id, op["group"])
         current = self.overrides.get(key, {})
         try:
-            configs = _altered(current, op["configs"])
-            self._validate({**self._defaults(), **configs})
+            configs = _altered(current if op.get("incremental", True) else {}, op["configs"])
+            self._validate({**KAFKA_DEFAULTS, **configs})
         except InvalidGroupConfig as exc:
             respond({"error_code": exc.code, "error_message": str(exc)})
             return []
@@ -95,12 +102,8 @@ class GroupConfigManager:
 
     def _validate(self, values: dict[str, str]) -> None:
         """Kafka's GroupConfig.validate, for the configs rafka knows."""
-        ints = {}
+        ints = {name: _parse_int(name, raw) for name, raw in values.items()}
         for name, raw in values.items():
-            try:
-                ints[name] = int(raw.strip())
-            except ValueError:
-                raise InvalidGroupConfig(f"Invalid value {raw} for configuration {name}: Not a number of type INT") from None
             if ints[name] < 1:
                 raise InvalidGroupConfig(f"Invalid value {raw} for configuration {name}: Value must be at least 1")
         c = self.config
@@ -127,6 +130,14 @@ class GroupConfigManager:
             self.overrides.pop(key, None)
 
 
+def _parse_int(name: str, raw: str) -> int:
+    """A config value as Kafka's ConfigDef reads an INT (Java's parseInt of the trimmed text)."""
+    text = raw.strip()
+    if not _INT.fullmatch(text) or not -INT32_MAX - 1 <= int(text) <= INT32_MAX:
+        raise InvalidGroupConfig(f"Invalid value {raw} for configuration {name}: Not a number of type INT")
+    return int(text)
+
+
 def _altered(current: dict[str, str], changes: list[list[Any]]) -> dict[str, str]:
     """The overrides after IncrementalAlterConfigs ``changes`` ([name, operation, value])."""
     configs = dict(current)
@@ -139,7 +150,7 @@ def _altered(current: dict[str, str], changes: list[list[Any]]) -> dict[str, str
         if name not in NAMES:
             raise InvalidGroupConfig(f"Unknown group config name: {name}")
         if operation == SET:
-            configs[name] = str(value)
+            configs[name] = str(_parse_int(name, str(value)))
         elif operation == DELETE:
             configs.pop(name, None)
         else:

@@ -141,6 +141,7 @@ class LogManager:
             log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
             limit = min(p.get("partition_max_bytes", INT32_MAX), remaining)
             lso = log.last_stable_offset
+            batches: list[bytes]
             if self._stale_read(org_id, p):
                 error, batches = Errors.NOT_LEADER_OR_FOLLOWER, []
             else:
