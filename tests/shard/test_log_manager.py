@@ -350,7 +350,9 @@ def test_a_deleted_topic_takes_no_produce_from_a_stale_cache_even_without_a_log(
         named = {"topic": "t", "partition": partition, "topic_id": "old", "incarnation": 3}
         [f] = ctx.manager.fetch(ORG, {"partitions": [{**named, "fetch_offset": 0}]})["partitions"]
         [o] = ctx.manager.list_offsets(ORG, {"partitions": [{**named, "timestamp": -1}]})["partitions"]
-        assert f["error_code"] == o["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER, "reads are sent to fresh metadata"
+        [d] = ctx.manager.delete_records(ORG, {"partitions": [{**named, "offset": -1}]})[1]["partitions"]
+        assert f["error_code"] == o["error_code"] == d["error_code"] == Errors.NOT_LEADER_OR_FOLLOWER, \
+            "reads and DeleteRecords are sent to fresh metadata"
     assert ctx.manager.logs == {}
     again, _ = ctx.manager.delete_partitions(ORG, {"topic": "t", "partitions": [0, 2], "topic_id": "old",
                                                    "incarnation": 3})

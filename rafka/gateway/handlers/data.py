@@ -225,10 +225,12 @@ async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, An
 @api(21, 0, 2, "data.delete-records")
 async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
-    parts = [{"topic": t["name"], "partition": p["partition_index"], "offset": p["offset"]}
+    parts = [{"topic": t["name"], "partition": p["partition_index"], "offset": p["offset"],
+              "topic_id": infos[t["name"]]["topic_id"], "incarnation": infos[t["name"]].get("incarnation", 0)}  # type: ignore[index]
              for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
              if p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
     answers = await _split_call(ctx, Op.DELETE_RECORDS, parts, {}) if parts else {}
+    _forget_stale(ctx, answers)
     topics = []
     for t in req["topics"]:
         prs = []

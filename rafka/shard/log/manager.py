@@ -295,11 +295,13 @@ class LogManager:
         return records, ok
 
     def delete_records(self, org_id: str, op: dict[str, Any]) -> Result:
-        """DeleteRecords. ``op = {partitions: [{topic, partition, offset}]}``; offset -1 = high watermark.
+        """DeleteRecords. ``op = {partitions: [{topic, partition, offset[, topic_id, incarnation]}]}``;
+        offset -1 = high watermark.
 
         Response ``{partitions: [{topic, partition, low_watermark, error_code}]}``;
-        an offset past the high watermark is OFFSET_OUT_OF_RANGE. Batches stay,
-        but fetches below the new log start are refused.
+        an offset past the high watermark is OFFSET_OUT_OF_RANGE, a partition named by a
+        stale cache NOT_LEADER_OR_FOLLOWER. Batches stay, but fetches below the new log
+        start are refused.
         """
         records: list[Record] = []
         out = []
@@ -307,15 +309,10 @@ class LogManager:
             key = (org_id, p["topic"], p["partition"])
             log = self.log(*key, topic_id=p.get("topic_id")) or _EMPTY
             offset = log.high_watermark if p["offset"] == -1 else p["offset"]
-            if offset < 0 or offset > log.high_watermark:
-                out.append(
-                    {
-                        "topic": p["topic"],
-                        "partition": p["partition"],
-                        "low_watermark": -1,
-                        "error_code": Errors.OFFSET_OUT_OF_RANGE,
-                    }
-                )
+            stale = self._stale_read(org_id, p)
+            if stale or offset < 0 or offset > log.high_watermark:
+                code = Errors.NOT_LEADER_OR_FOLLOWER if stale else Errors.OFFSET_OUT_OF_RANGE
+                out.append({"topic": p["topic"], "partition": p["partition"], "low_watermark": -1, "error_code": code})
                 continue
             if offset > log.log_start_offset:
                 records.append(Record(RecordType.PARTITION_TRUNCATE, key, _truncate(log, offset)))
