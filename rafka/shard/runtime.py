@@ -97,6 +97,8 @@ class ShardRuntime:
 
     def run_timer(self, key: str, callback: Callable[[int], list[Record]]) -> None:
         self.current_span = None
+        if self.failed:
+            return
         try:
             self.apply(callback(self.now_ms()))
         except WalError as exc:
@@ -169,7 +171,11 @@ class ShardRuntime:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        durable = self.state.commit()  # replies wait until their records are durable
+        try:
+            durable = self.state.commit()  # replies wait until their records are durable
+        except WalError as exc:
+            self.fail(str(exc))
+            return
         if not self._outbox or self._sock is None:
             return
         outbox, self._outbox = self._outbox, defaultdict(list)
@@ -200,6 +206,8 @@ class ShardRuntime:
     def handle(self, ident: bytes, env: list[Any]) -> None:
         """Run one request envelope."""
         rid, op, org_id, trace, payload = env
+        if self.failed:
+            return  # stopping: nothing more is logged or answered
         if op == Op.PING:
             self._outbox[ident].append([rid, int(Status.OK), {"incarnation": self.incarnation, "shard": self.shard_id}])
             return

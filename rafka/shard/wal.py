@@ -30,10 +30,11 @@ bad checksum) is truncated at the last good entry with a log line. Meta streams
 roll at ``segment_bytes``; sealed segments are compacted in the background by key
 (the last value of each (type, key) survives, tombstones included, order kept),
 so recovery time is bounded by live state, not history. Data streams roll with
-their size and drop whole segments once the log start offset passes them; a data
+their size and drop whole segments once the log start offset passes them. A data
 stream whose last record drops its log (the topic deleted) is closed and its files
-and directory removed, sealed segments first, so a crash midway leaves the drop
-record to replay.
+and directory removed once the commit that wrote the drop is durable (with it, the
+meta record that remembers the deleted incarnation); sealed segments go first, so
+a crash midway leaves the drop record to replay, and recovery finishes the removal.
 """
 
 from __future__ import annotations
@@ -164,12 +165,23 @@ class Stream:
             if self.size and self.size + len(data) > self.segment_bytes:
                 self._roll()
                 rolled = True
-            os.write(self.fd, data)  # type: ignore[arg-type]
+            self._write_all(data)
             self.size += len(data)
             self.dirty = True
             if self.data and self._note(self.seq, records):
                 self._unlink_sealed(self.seq)
         return rolled
+
+    def _write_all(self, data: bytes) -> None:
+        """Write the whole entry or nothing: a short write (a full disk) is cut off again and
+        raised, so no torn entry sits before later, acknowledged ones."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]  # type: ignore[arg-type]
+        except OSError:
+            os.ftruncate(self.fd, self.size)  # type: ignore[arg-type]
+            raise
 
     def _note(self, seq: int, records: list[Record]) -> bool:
         """Note the offsets of batches in segment ``seq``; True if a record drops the log (its topic
@@ -207,8 +219,9 @@ class Stream:
                 path.unlink(missing_ok=True)
 
     def _roll(self) -> None:
-        os.fsync(self.fd)  # type: ignore[arg-type]
-        os.close(self.fd)  # type: ignore[arg-type]
+        fd, self.fd = self.fd, None
+        os.fsync(fd)  # type: ignore[arg-type]
+        os.close(fd)  # type: ignore[arg-type]
         self._open(self.seq + 1)
 
     def _note_offsets(self, seq: int, record: Record) -> None:
@@ -221,8 +234,8 @@ class Stream:
     def sync(self) -> None:
         with self.lock:
             if self.fd is not None and self.dirty:
-                self.dirty = False
                 os.fdatasync(self.fd)
+                self.dirty = False
 
     def drop_below(self, log_start_offset: int) -> None:
         """Delete the sealed data segments before the first one holding an offset at or past
@@ -269,6 +282,8 @@ class Wal:
         self.linger = linger_ms / 1000.0
         self.streams: dict[tuple[Any, ...], Stream] = {}
         self._written: set[Stream] = set()
+        self._dropped: set[tuple[Any, ...]] = set()  # data streams whose log was dropped since the last commit
+        self._removals: list[tuple[concurrent.futures.Future[None] | None, set[tuple[Any, ...]]]] = []
         self._pending: concurrent.futures.Future[None] | None = None
         self._queue: list[tuple[set[Stream], concurrent.futures.Future[None]]] = []
         self._cv = threading.Condition()
@@ -327,8 +342,11 @@ class Wal:
                         key = ("logs", p, urllib.parse.unquote(org_dir.name), urllib.parse.unquote(topic_dir.name),
                                int(part_dir.name))
                         stream = self._stream(key)
-                        yield from stream.recover()
-                        if stream.ends_dropped:  # a crash came before the removal
+                        count = 0
+                        for records in stream.recover():
+                            count += len(records)
+                            yield records
+                        if stream.ends_dropped or not count:  # a crash came before or during the removal
                             self._remove(key, stream)
 
     # -- live path ------------------------------------------------------------
@@ -351,7 +369,7 @@ class Wal:
                 if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:
                     s.drop_below(int(r.value.get("log_start_offset", 0)))
             if s.ends_dropped:
-                self._remove(key, s)
+                self._dropped.add(key)
             elif rolled and key[0] == "meta":
                 self._compact_async(s)
 
@@ -361,17 +379,39 @@ class Wal:
         self.streams.pop(key, None)
         self._written.discard(stream)
 
+    def _remove_dropped(self) -> None:
+        """Remove the dropped data streams whose commit is durable (and still dropped: a new
+        incarnation may have written since)."""
+        waiting: list[tuple[concurrent.futures.Future[None] | None, set[tuple[Any, ...]]]] = []
+        for fut, keys in self._removals:
+            if fut is not None and not fut.done():
+                waiting.append((fut, keys))
+            elif fut is None or fut.exception() is None:
+                for key in keys:
+                    s = self.streams.get(key)
+                    if s is not None and s.ends_dropped:
+                        self._remove(key, s)
+        self._removals = waiting
+
     def commit(self) -> concurrent.futures.Future[None] | None:
-        """Make every append so far durable; a future to wait on, or None if nothing waits."""
+        """Make every append so far durable; a future to wait on, or None if nothing waits.
+        ``WalError`` when the ``always`` policy's fsync fails."""
+        self._remove_dropped()
         written, self._written = self._written, set()
+        dropped, self._dropped = self._dropped, set()
         if self.fsync == "never":
+            self._removals.append((None, dropped))
             return None
         if self.fsync == "always":
             start = time.perf_counter()
-            for s in written:
-                s.sync()
+            try:
+                for s in written:
+                    s.sync()
+            except OSError as exc:
+                raise WalError(str(exc)) from exc
             if written and self.on_fsync:
                 self.on_fsync(time.perf_counter() - start)
+            self._removals.append((None, dropped))
             return None
         if not written:
             return self._pending if self._pending is not None and not self._pending.done() else None
@@ -380,6 +420,8 @@ class Wal:
             self._queue.append((written, fut))
             self._cv.notify()
         self._pending = fut
+        if dropped:
+            self._removals.append((fut, dropped))
         return fut
 
     def _sync_loop(self) -> None:

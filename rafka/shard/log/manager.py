@@ -344,11 +344,12 @@ class LogManager:
             and (wanted is None or k[2] in wanted)
             and (self.log(*k, topic_id=op.get("topic_id")) is not None or 0 < log.incarnation < incarnation)
         )
-        records = [Record(RecordType.PARTITION_TRUNCATE, k, None) for k in keys]
-        if incarnation > self.dropped.get((org_id, topic), 0):
+        records = []
+        if incarnation > self.dropped.get((org_id, topic), 0):  # first: remembered before the logs go
             parts = wanted if wanted is not None else [k[2] for k in keys]
             streams = sorted({ids.log_partition(org_id, topic, p, self.coordinator_partitions) for p in parts})
             records += [Record(RecordType.TOPIC_DROPPED, (org_id, topic, cp), incarnation) for cp in streams]
+        records += [Record(RecordType.PARTITION_TRUNCATE, k, None) for k in keys]
         return records, {"partitions": [k[2] for k in keys]}
 
     def update_configs(self, org_id: str, op: dict[str, Any]) -> Result:

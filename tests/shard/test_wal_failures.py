@@ -1,0 +1,98 @@
+"""The write-ahead log when the disk fails it: a full disk, a failed fsync, and removing a dropped
+log only once the drop (and what remembers it) is durable."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rafka.shard import wal as wal_module
+from rafka.shard.records import Record, RecordType
+from rafka.shard.wal import Wal, WalError
+
+
+class FailingOs:
+    """``os`` with the next ``write`` short then ENOSPC, or the next ``fdatasync`` EIO."""
+
+    def __init__(self) -> None:
+        self.short_write = False
+        self.fail_sync = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def write(self, fd: int, data: Any) -> int:
+        if self.short_write:
+            self.short_write = False
+            os.write(fd, bytes(data[:7]))  # the disk fills part-way through the entry
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+
+    def fdatasync(self, fd: int) -> None:
+        if self.fail_sync:
+            self.fail_sync = False
+            raise OSError(errno.EIO, "Input/output error")
+        os.fdatasync(fd)
+
+
+def commit(key: tuple[str, str], n: int) -> list[Record]:
+    return [Record(RecordType.OFFSET_COMMIT, (*key, "t", 0), {"offset": n})]
+
+
+def recovered(path: Path) -> list[int]:
+    w = Wal(path, set(range(4)), 4, fsync="never")
+    out = [r.value["offset"] for records in w.recover() for r in records if r.type == RecordType.OFFSET_COMMIT]
+    w.close()
+    return out
+
+
+@pytest.fixture
+def failing(monkeypatch: pytest.MonkeyPatch) -> FailingOs:
+    fake = FailingOs()
+    monkeypatch.setattr(wal_module, "os", fake)
+    return fake
+
+
+def test_a_full_disk_leaves_no_torn_entry_before_later_appends(tmp_path: Path, failing: FailingOs) -> None:
+    w = Wal(tmp_path, set(range(4)), 4, fsync="never")
+    w.append(commit(("o", "g"), 1))
+    failing.short_write = True
+    with pytest.raises(WalError):
+        w.append(commit(("o", "g"), 2))
+    w.append(commit(("o", "g"), 3))  # space came back
+    w.close()
+    assert recovered(tmp_path) == [1, 3], "nothing after the failure is cut off at recovery"
+
+
+def test_a_failed_fsync_is_an_error_and_is_retried(tmp_path: Path, failing: FailingOs) -> None:
+    w = Wal(tmp_path, set(range(4)), 4, fsync="always")
+    w.append(commit(("o", "g"), 1))
+    failing.fail_sync = True
+    with pytest.raises(WalError):
+        w.commit()
+    [stream] = w.streams.values()
+    assert stream.dirty, "the stream is still to be synced"
+    w.close()
+
+
+def test_a_dropped_log_is_removed_only_after_its_commit_is_durable(tmp_path: Path) -> None:
+    w = Wal(tmp_path, set(range(4)), 4, fsync="batch")
+    key = ("o", "t", 0)
+    batch = Record(RecordType.PARTITION_BATCH, key, {"batch": bytes(61), "append_ms": 0, "roll": True})
+    w.append([batch])
+    w.commit().result(5)  # type: ignore[union-attr]
+    w.append([Record(RecordType.TOPIC_DROPPED, ("o", "t", 1), 3), Record(RecordType.PARTITION_TRUNCATE, key, None)])
+    def files() -> list[Path]:
+        return list((tmp_path / "logs").rglob("*.wal"))
+
+    assert files(), "not removed before the commit"
+    fut = w.commit()
+    assert fut is not None
+    fut.result(5)
+    w.commit()  # the next commit removes what the last one made durable
+    assert files() == [] and list((tmp_path / "logs").iterdir()) == []
+    w.close()
