@@ -116,6 +116,7 @@ class Stream:
         self.lock = threading.Lock()  # guards the fd against the syncer and the compactor
         self.segment_last_offset: dict[int, int] = {}  # data streams: seq -> last offset stored in it
         self.ends_dropped = False  # data streams: the last record noted dropped the log
+        self.appends = 0  # entries appended since start: tells one drop of the log from a later one
 
     def segments(self) -> list[Path]:
         return sorted(self.dir.glob("*.wal"))
@@ -168,6 +169,7 @@ class Stream:
             self._write_all(data)
             self.size += len(data)
             self.dirty = True
+            self.appends += 1
             if self.data and self._note(self.seq, records):
                 self._unlink_sealed(self.seq)
         return rolled
@@ -220,8 +222,10 @@ class Stream:
 
     def _roll(self) -> None:
         fd, self.fd = self.fd, None
-        os.fsync(fd)  # type: ignore[arg-type]
-        os.close(fd)  # type: ignore[arg-type]
+        try:
+            os.fsync(fd)  # type: ignore[arg-type]
+        finally:
+            os.close(fd)  # type: ignore[arg-type]
         self._open(self.seq + 1)
 
     def _note_offsets(self, seq: int, record: Record) -> None:
@@ -267,6 +271,9 @@ def compact_segments(paths: list[Path]) -> list[Record]:
     return list(last.values())
 
 
+_Removal = tuple[concurrent.futures.Future[None] | None, dict[tuple[Any, ...], tuple[Stream, int]]]
+
+
 class Wal:
     """All streams of one shard, with the fsync policy."""
 
@@ -282,8 +289,10 @@ class Wal:
         self.linger = linger_ms / 1000.0
         self.streams: dict[tuple[Any, ...], Stream] = {}
         self._written: set[Stream] = set()
-        self._dropped: set[tuple[Any, ...]] = set()  # data streams whose log was dropped since the last commit
-        self._removals: list[tuple[concurrent.futures.Future[None] | None, set[tuple[Any, ...]]]] = []
+        # data streams whose log was dropped since the last commit (with the append that dropped it),
+        # then the same per commit, removed once that commit is durable
+        self._dropped: dict[tuple[Any, ...], tuple[Stream, int]] = {}
+        self._removals: list[_Removal] = []
         self._pending: concurrent.futures.Future[None] | None = None
         self._queue: list[tuple[set[Stream], concurrent.futures.Future[None]]] = []
         self._cv = threading.Condition()
@@ -369,7 +378,7 @@ class Wal:
                 if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:
                     s.drop_below(int(r.value.get("log_start_offset", 0)))
             if s.ends_dropped:
-                self._dropped.add(key)
+                self._dropped[key] = (s, s.appends)
             elif rolled and key[0] == "meta":
                 self._compact_async(s)
 
@@ -382,14 +391,13 @@ class Wal:
     def _remove_dropped(self) -> None:
         """Remove the dropped data streams whose commit is durable (and still dropped: a new
         incarnation may have written since)."""
-        waiting: list[tuple[concurrent.futures.Future[None] | None, set[tuple[Any, ...]]]] = []
-        for fut, keys in self._removals:
+        waiting: list[_Removal] = []
+        for fut, dropped in self._removals:
             if fut is not None and not fut.done():
-                waiting.append((fut, keys))
+                waiting.append((fut, dropped))
             elif fut is None or fut.exception() is None:
-                for key in keys:
-                    s = self.streams.get(key)
-                    if s is not None and s.ends_dropped:
+                for key, (s, appends) in dropped.items():
+                    if self.streams.get(key) is s and s.appends == appends:  # nothing written since that drop
                         self._remove(key, s)
         self._removals = waiting
 
@@ -398,7 +406,7 @@ class Wal:
         ``WalError`` when the ``always`` policy's fsync fails."""
         self._remove_dropped()
         written, self._written = self._written, set()
-        dropped, self._dropped = self._dropped, set()
+        dropped, self._dropped = self._dropped, {}
         if self.fsync == "never":
             self._removals.append((None, dropped))
             return None
@@ -493,5 +501,8 @@ class Wal:
         if self._syncer is not None:
             self._syncer.join(10)
         for s in self.streams.values():
-            s.sync()
+            try:
+                s.sync()
+            except OSError as exc:  # the shard is stopping because of it: log, close the rest
+                log.error("%s: fsync at close failed: %s", s.dir, exc)
             s.close()

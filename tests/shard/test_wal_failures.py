@@ -68,7 +68,7 @@ def test_a_full_disk_leaves_no_torn_entry_before_later_appends(tmp_path: Path, f
     assert recovered(tmp_path) == [1, 3], "nothing after the failure is cut off at recovery"
 
 
-def test_a_failed_fsync_is_an_error_and_is_retried(tmp_path: Path, failing: FailingOs) -> None:
+def test_a_failed_fsync_is_an_error_and_leaves_the_stream_to_sync(tmp_path: Path, failing: FailingOs) -> None:
     w = Wal(tmp_path, set(range(4)), 4, fsync="always")
     w.append(commit(("o", "g"), 1))
     failing.fail_sync = True
@@ -95,4 +95,26 @@ def test_a_dropped_log_is_removed_only_after_its_commit_is_durable(tmp_path: Pat
     fut.result(5)
     w.commit()  # the next commit removes what the last one made durable
     assert files() == [] and list((tmp_path / "logs").iterdir()) == []
+    w.close()
+
+
+def test_a_log_dropped_again_waits_for_its_own_drop_to_be_durable(tmp_path: Path) -> None:
+    w = Wal(tmp_path, set(range(4)), 4, fsync="batch", linger_ms=300)  # each fsync pass waits 0.3 s
+    key = ("o", "t", 0)
+    batch = Record(RecordType.PARTITION_BATCH, key, {"batch": bytes(61), "append_ms": 0, "roll": True})
+    drop = Record(RecordType.PARTITION_TRUNCATE, key, None)
+    w.append([batch])
+    w.append([drop])  # the first incarnation deleted ...
+    first = w.commit()
+    w.append([batch])  # ... a second one written before that drop was durable
+    second = w.commit()
+    for fut in (first, second):
+        fut.result(5)  # type: ignore[union-attr]
+    w.append([drop])  # and deleted too
+    third = w.commit()  # removes nothing yet: the first drop is durable, but this one is not
+    assert third is not None and not third.done()
+    assert list((tmp_path / "logs").rglob("*.wal")), "the files stay until the second drop is durable"
+    third.result(5)
+    w.commit()
+    assert not list((tmp_path / "logs").rglob("*.wal"))
     w.close()
