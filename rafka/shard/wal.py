@@ -206,8 +206,7 @@ class Stream:
                 os.close(self.fd)
                 self.fd = None
             self.dirty = False
-            segs = self.segments()
-            for path in segs[:-1] + segs[-1:]:
+            for path in self.segments():  # in order: the active one, holding the drop, goes last
                 path.unlink(missing_ok=True)
             for d in (self.dir, *list(self.dir.parents)[:3]):  # partition, topic, org, coordinator partition
                 try:
@@ -271,7 +270,7 @@ def compact_segments(paths: list[Path]) -> list[Record]:
     return list(last.values())
 
 
-_Removal = tuple[concurrent.futures.Future[None] | None, dict[tuple[Any, ...], tuple[Stream, int]]]
+_Dropped = dict[tuple[Any, ...], tuple[Stream, int]]  # stream key → (stream, its append count at the drop)
 
 
 class Wal:
@@ -291,8 +290,8 @@ class Wal:
         self._written: set[Stream] = set()
         # data streams whose log was dropped since the last commit (with the append that dropped it),
         # then the same per commit, removed once that commit is durable
-        self._dropped: dict[tuple[Any, ...], tuple[Stream, int]] = {}
-        self._removals: list[_Removal] = []
+        self._dropped: _Dropped = {}
+        self._removals: list[tuple[concurrent.futures.Future[None], _Dropped]] = []
         self._pending: concurrent.futures.Future[None] | None = None
         self._queue: list[tuple[set[Stream], concurrent.futures.Future[None]]] = []
         self._cv = threading.Condition()
@@ -388,27 +387,30 @@ class Wal:
         self.streams.pop(key, None)
         self._written.discard(stream)
 
-    def _remove_dropped(self) -> None:
-        """Remove the dropped data streams whose commit is durable (and still dropped: a new
-        incarnation may have written since)."""
-        waiting: list[_Removal] = []
+    def _remove_durable_drops(self) -> None:
+        """Remove the dropped data streams whose batch fsync has completed."""
+        waiting = []
         for fut, dropped in self._removals:
-            if fut is not None and not fut.done():
+            if not fut.done():
                 waiting.append((fut, dropped))
-            elif fut is None or fut.exception() is None:
-                for key, (s, appends) in dropped.items():
-                    if self.streams.get(key) is s and s.appends == appends:  # nothing written since that drop
-                        self._remove(key, s)
+            elif fut.exception() is None:
+                self._remove_dropped(dropped)
         self._removals = waiting
+
+    def _remove_dropped(self, dropped: _Dropped) -> None:
+        """Remove data streams whose drop is durable, unless written since (a new incarnation)."""
+        for key, (s, appends) in dropped.items():
+            if self.streams.get(key) is s and s.appends == appends:
+                self._remove(key, s)
 
     def commit(self) -> concurrent.futures.Future[None] | None:
         """Make every append so far durable; a future to wait on, or None if nothing waits.
         ``WalError`` when the ``always`` policy's fsync fails."""
-        self._remove_dropped()
+        self._remove_durable_drops()
         written, self._written = self._written, set()
         dropped, self._dropped = self._dropped, {}
         if self.fsync == "never":
-            self._removals.append((None, dropped))
+            self._remove_dropped(dropped)
             return None
         if self.fsync == "always":
             start = time.perf_counter()
@@ -419,7 +421,7 @@ class Wal:
                 raise WalError(str(exc)) from exc
             if written and self.on_fsync:
                 self.on_fsync(time.perf_counter() - start)
-            self._removals.append((None, dropped))
+            self._remove_dropped(dropped)
             return None
         if not written:
             return self._pending if self._pending is not None and not self._pending.done() else None

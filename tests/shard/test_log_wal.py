@@ -30,7 +30,6 @@ class Shard:
         for r in records:
             self.logs.replay(r)
         self.wal.commit()  # as the runtime does before it replies
-        self.wal.commit()  # and the next one removes what the last made durable
 
     def produce(self, now_ms: int, batch: dict[str, Any] | None = None, **part: Any) -> dict[str, Any]:
         data = build_batch([SimpleRecord(b"k", b"v" * 50, now_ms)], **(batch or {}))

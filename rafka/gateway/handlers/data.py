@@ -71,6 +71,11 @@ def _forget_stale(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, 
         topic_cache(ctx).invalidate(ctx.org_id, stale)
 
 
+def _incarnation(info: dict[str, Any]) -> dict[str, Any]:
+    """What a partition op carries to name its topic's incarnation (see ``LogManager``)."""
+    return {"topic_id": info.get("topic_id"), "incarnation": info.get("incarnation", 0)}
+
+
 def _zstd(records: bytes) -> bool:
     """Whether the (first) v2 batch is zstd-compressed: attributes' low byte is byte 22. Kafka
     looks at the first batch only; a second batch is refused anyway (INVALID_RECORD)."""
@@ -97,9 +102,8 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
             if ctx.api_version < 7 and _zstd(records):
                 errors[key] = Err.UNSUPPORTED_COMPRESSION_TYPE
                 continue
-            parts.append({"topic": t["name"], "partition": p["index"], "records": records,
-                          "topic_id": info.get("topic_id"), "configs": info.get("configs") or {},
-                          "config_version": info.get("config_version", 0), "incarnation": info.get("incarnation", 0)})
+            parts.append({"topic": t["name"], "partition": p["index"], "records": records, **_incarnation(info),
+                          "configs": info.get("configs") or {}, "config_version": info.get("config_version", 0)})
     answers = await _split_call(ctx, Op.PRODUCE, parts, {"acks": acks, "timeout_ms": req.get("timeout", 0)}) if parts else {}
     _forget_stale(ctx, answers)
     if acks == 0:
@@ -205,7 +209,7 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
     parts = [{"topic": t["name"], "partition": p["partition_index"], "timestamp": p["timestamp"],
-              "topic_id": infos[t["name"]]["topic_id"], "incarnation": infos[t["name"]].get("incarnation", 0)}  # type: ignore[index]
+              **_incarnation(infos[t["name"]])}  # type: ignore[arg-type]
              for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
              if p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
     answers = await _split_call(ctx, Op.LIST_OFFSETS, parts, {"isolation_level": req.get("isolation_level", 0)}) if parts else {}
@@ -226,7 +230,7 @@ async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, An
 async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
     parts = [{"topic": t["name"], "partition": p["partition_index"], "offset": p["offset"],
-              "topic_id": infos[t["name"]]["topic_id"], "incarnation": infos[t["name"]].get("incarnation", 0)}  # type: ignore[index]
+              **_incarnation(infos[t["name"]])}  # type: ignore[arg-type]
              for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
              if p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
     answers = await _split_call(ctx, Op.DELETE_RECORDS, parts, {}) if parts else {}

@@ -301,7 +301,7 @@ def _alter_refusal(r: dict[str, Any], incremental: bool, node_id: int) -> str | 
              if c.get("value") is None and (not incremental or c.get("config_operation", 0) != 1)]  # DELETE takes none
     if nulls:
         return f"Null value not supported for : {', '.join(nulls)}"
-    if rtype == 4:  # BROKER: rafka's broker configs are set in its own config file
+    if rtype == BROKER:  # rafka's broker configs are set in its own config file
         if name and not name.isdigit():
             return f"Node id must be an integer, but it is: {name}"
         if name not in ("", str(node_id)):
@@ -311,7 +311,7 @@ def _alter_refusal(r: dict[str, Any], incremental: bool, node_id: int) -> str | 
         return None
     if rtype == GROUP:
         return None if name else "Default group resources are not allowed."
-    if rtype != 2:
+    if rtype != TOPIC:
         return f"AlterConfigs is only supported for topics and brokers, but resource type is {rtype}"
     if not name:
         return "Default topic resources are not allowed."
@@ -330,7 +330,7 @@ async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], i
             _alter_refusal(r, incremental, ctx.gateway.node_id)
         if refusal is not None:
             return {**out, "error_code": Err.INVALID_REQUEST, "error_message": refusal}
-        if rtype == 4:
+        if rtype == BROKER:
             return out
         changes = [[c["name"], c.get("config_operation", 0), c.get("value")] for c in r["configs"]]
         if rtype == GROUP:
@@ -341,8 +341,7 @@ async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], i
             except ShardUnavailable:
                 return {**out, "error_code": Err.REQUEST_TIMED_OUT, "error_message": "the group's coordinator is unavailable"}
             return {**out, "error_code": resp["error_code"], "error_message": resp.get("error_message")}
-        payload = {"name": name, "incremental": incremental, "validate_only": validate_only,
-                   "configs": [[c["name"], c.get("config_operation", 0), c.get("value")] for c in r["configs"]]}
+        payload = {"name": name, "incremental": incremental, "validate_only": validate_only, "configs": changes}
         try:
             resp = await catalog_call(ctx, Op.ALTER_CONFIGS, payload)
         except ShardUnavailable:
@@ -381,11 +380,11 @@ async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str
     results = []
     for r in req["resources"]:
         keys = r.get("configuration_keys") or None  # Kafka: an empty list asks for every config
-        if r["resource_type"] == 4:  # BROKER
+        if r["resource_type"] == BROKER:
             cfg = ctx.gateway.config
             configs = [{"name": k, "value": f(cfg), "read_only": True, "config_source": 5, "is_sensitive": False,
                         "synonyms": []} for k, f in BROKER_CONFIGS.items() if keys is None or k in keys]
-            results.append({"error_code": 0, "error_message": None, "resource_type": 4,
+            results.append({"error_code": 0, "error_message": None, "resource_type": BROKER,
                             "resource_name": r["resource_name"], "configs": configs})
         elif r["resource_type"] in (TOPIC, GROUP):
             name = r["resource_name"]

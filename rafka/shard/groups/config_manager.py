@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from rafka.shard.groups.core import GroupConfig, Respond
+from rafka.shard.log.config import APPEND, DELETE, SET, SUBTRACT
 from rafka.shard.records import Record, RecordType
 
 SESSION_TIMEOUT = "consumer.session.timeout.ms"
@@ -27,7 +28,6 @@ HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
 NAMES = (HEARTBEAT_INTERVAL, SESSION_TIMEOUT)
 DEFAULT_CONFIG, GROUP_CONFIG = 5, 8  # DescribeConfigs config_source
 INT = 3  # DescribeConfigs config_type
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 KAFKA_DEFAULTS = {SESSION_TIMEOUT: "45000", HEARTBEAT_INTERVAL: "5000"}  # GroupConfig's own, used to validate
 INT32_MAX = 2**31 - 1
 _INT = re.compile(r"[+-]?[0-9]+")
@@ -53,13 +53,15 @@ class GroupConfigManager:
     # ------------------------------------------------------------------ reads
 
     def session_timeout_ms(self, org_id: str, group_id: str) -> int:
-        return self._value(org_id, group_id, SESSION_TIMEOUT)
+        return self._value(org_id, group_id, SESSION_TIMEOUT, self.config.consumer_session_timeout_ms)
 
     def heartbeat_interval_ms(self, org_id: str, group_id: str) -> int:
-        return self._value(org_id, group_id, HEARTBEAT_INTERVAL)
+        return self._value(org_id, group_id, HEARTBEAT_INTERVAL, self.config.consumer_heartbeat_interval_ms)
 
-    def _value(self, org_id: str, group_id: str, name: str) -> int:
-        return int(self.overrides.get((org_id, group_id), {}).get(name, self._defaults()[name]))
+    def _value(self, org_id: str, group_id: str, name: str, default: int) -> int:
+        """Read at every heartbeat: a dict lookup unless the group has its own value."""
+        override = self.overrides.get((org_id, group_id))
+        return int(override[name]) if override and name in override else default
 
     def _defaults(self) -> dict[str, str]:
         return {SESSION_TIMEOUT: str(self.config.consumer_session_timeout_ms),

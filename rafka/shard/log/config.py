@@ -69,6 +69,7 @@ CONFIG_DEFS: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "segment.ms": ("604800000", _long(1), "segment_ms"),
 }
 
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
 INT, LONG, LIST = 3, 5, 7  # DescribeConfigs v3+ config_type, as Kafka's ConfigDef types these
 CONFIG_TYPES = {"cleanup.policy": LIST, "max.message.bytes": INT, "retention.bytes": LONG, "retention.ms": LONG,
                 "segment.bytes": INT, "segment.ms": LONG}

@@ -102,21 +102,18 @@ class LogManager:
             return None
         return log
 
-    def stale(self, key: PartitionKey, topic_id: str | None, incarnation: int) -> bool:
-        """Whether an op naming ``incarnation`` of the partition's topic comes from a stale cache:
-        a newer incarnation owns the log, or this one was deleted here (0: an op from before
-        incarnations, never stale)."""
+    def _stale(self, org_id: str, p: dict[str, Any]) -> bool:
+        """Whether an op's partition ``p`` names its topic from a stale cache: a newer incarnation
+        owns the log, or this one was deleted here (incarnation 0: an op from before incarnations,
+        never stale)."""
+        incarnation = p.get("incarnation", 0)
         if not incarnation:
             return False
-        log = self.logs.get(key)
-        if log is not None and topic_id is not None and log.topic_id not in (None, topic_id) \
-                and incarnation < log.incarnation:
+        log = self.logs.get((org_id, p["topic"], p["partition"]))
+        tid = _topic_id(p)
+        if log is not None and tid is not None and log.topic_id not in (None, tid) and incarnation < log.incarnation:
             return True
-        return incarnation <= self.dropped.get((key[0], key[1]), 0)
-
-    def _stale_read(self, org_id: str, p: dict[str, Any]) -> bool:
-        tid = None if p.get("topic_id") is None else str(p["topic_id"])
-        return self.stale((org_id, p["topic"], p["partition"]), tid, p.get("incarnation", 0))
+        return incarnation <= self.dropped.get((org_id, p["topic"]), 0)
 
     def log_end_offset(self, org_id: str, topic: str, partition: int) -> int:
         """LEO of a partition (0 if it has no log): lets the runtime decide to wake a fetch."""
@@ -142,7 +139,7 @@ class LogManager:
             limit = min(p.get("partition_max_bytes", INT32_MAX), remaining)
             lso = log.last_stable_offset
             batches: list[bytes]
-            if self._stale_read(org_id, p):
+            if self._stale(org_id, p):
                 error, batches = Errors.NOT_LEADER_OR_FOLLOWER, []
             else:
                 error, batches = log.read(p["fetch_offset"], limit, min_one, lso if committed else None)
@@ -178,7 +175,7 @@ class LogManager:
         out = []
         committed = op.get("isolation_level", 0) == READ_COMMITTED
         for p in op.get("partitions", []):
-            if self._stale_read(org_id, p):
+            if self._stale(org_id, p):
                 out.append({"topic": p["topic"], "partition": p["partition"],
                             "error_code": Errors.NOT_LEADER_OR_FOLLOWER, "timestamp": -1, "offset": -1,
                             "leader_epoch": -1})
@@ -246,9 +243,8 @@ class LogManager:
 
     def _produce_partition(self, key: PartitionKey, p: dict[str, Any], now_ms: int) -> Result:
         _, topic, partition = key
-        tid = None if p.get("topic_id") is None else str(p["topic_id"])
-        incarnation = p.get("incarnation", 0)
-        if self.stale(key, tid, incarnation):
+        tid, incarnation = _topic_id(p), p.get("incarnation", 0)
+        if self._stale(key[0], p):
             return [], _produce_error(topic, partition, Errors.NOT_LEADER_OR_FOLLOWER,
                                       "This topic was deleted (perhaps created again): refresh metadata and retry")
         existing = self.logs.get(key)
@@ -309,7 +305,7 @@ class LogManager:
             key = (org_id, p["topic"], p["partition"])
             log = self.log(*key, topic_id=p.get("topic_id")) or _EMPTY
             offset = log.high_watermark if p["offset"] == -1 else p["offset"]
-            stale = self._stale_read(org_id, p)
+            stale = self._stale(org_id, p)
             if stale or offset < 0 or offset > log.high_watermark:
                 code = Errors.NOT_LEADER_OR_FOLLOWER if stale else Errors.OFFSET_OUT_OF_RANGE
                 out.append({"topic": p["topic"], "partition": p["partition"], "low_watermark": -1, "error_code": code})
@@ -455,6 +451,11 @@ class LogManager:
             log.ongoing_txns = {int(p): int(o) for p, o in value["ongoing_txns"]}
             log.aborted_txns = [(int(p), int(f), int(last)) for p, f, last in value["aborted_txns"]]
         log.apply_log_start(value["log_start_offset"])
+
+
+def _topic_id(p: dict[str, Any]) -> str | None:
+    """The topic id an op's partition names, as logs keep it (a string), or None."""
+    return None if p.get("topic_id") is None else str(p["topic_id"])
 
 
 def _adopt_topic(log: PartitionLog, value: dict[str, Any]) -> None:

@@ -30,7 +30,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rafka.shard.log.config import CONFIG_DEFS, InvalidConfigError, describe, normalize_overrides
+from rafka.shard.log.config import (
+    APPEND,
+    CONFIG_DEFS,
+    DELETE,
+    SET,
+    SUBTRACT,
+    InvalidConfigError,
+    describe,
+    normalize_overrides,
+)
 from rafka.shard.log.errors import Errors
 from rafka.shard.records import Record, RecordType
 
@@ -365,20 +374,20 @@ class TopicCatalog:
         configs = dict(info.configs) if op.get("incremental") else {}
         for key, operation, value in op["configs"]:
             if key not in CONFIG_DEFS:
-                if operation == 1:
+                if operation == DELETE:
                     continue  # Kafka: deleting a config the topic cannot have changes nothing
                 return [], _alter_error(Errors.INVALID_CONFIG, f"Unknown topic config name: {key}")
-            if operation == 0:
+            if operation == SET:
                 configs[key] = value
-            elif operation == 1:
+            elif operation == DELETE:
                 configs.pop(key, None)
-            elif operation in (2, 3):
+            elif operation in (APPEND, SUBTRACT):
                 if key != "cleanup.policy":
-                    verb = "append" if operation == 2 else "subtract"
+                    verb = "append" if operation == APPEND else "subtract"
                     return [], _alter_error(Errors.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {key}")
                 current = [v for v in configs.get(key, CONFIG_DEFS[key][0]).split(",") if v]
                 given = [v.strip() for v in (value or "").split(",") if v.strip()]
-                kept = current + [v for v in given if v not in current] if operation == 2 else \
+                kept = current + [v for v in given if v not in current] if operation == APPEND else \
                     [v for v in current if v not in given]
                 configs[key] = ",".join(kept)
             else:
