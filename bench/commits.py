@@ -16,7 +16,7 @@ import uuid
 from common import mock_cluster, rafka, table
 
 
-def _client(bootstrap: str, mode: str, seconds: float, out: "mp.Queue[int]") -> None:
+def _client(bootstrap: str, mode: str, seconds: float, out: mp.Queue[int]) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     topic = "bench-commits"

@@ -58,7 +58,7 @@ class Conn:
         self.task = asyncio.ensure_future(self._read())
 
     @classmethod
-    async def open(cls, host: str, port: int) -> "Conn":
+    async def open(cls, host: str, port: int) -> Conn:
         r, w = await asyncio.open_connection(host, port)
         return cls(r, w)
 

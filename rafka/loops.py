@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 
 def run(main: Coroutine[Any, Any, Any]) -> Any:
@@ -40,7 +41,7 @@ def set_process_name(name: str) -> None:
 
         libc = ctypes.CDLL(None)
         libc.prctl(15, name.encode()[:15], 0, 0, 0)
-    except Exception:
+    except (OSError, AttributeError):  # not Linux: the name is cosmetic
         pass
 
 
@@ -55,7 +56,7 @@ def die_with_parent() -> None:
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() == 1:  # the parent died before we asked
             os._exit(1)
-    except Exception:
+    except (OSError, AttributeError):  # not Linux: the supervisor's own shutdown still stops its children
         pass
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
@@ -123,9 +124,9 @@ def serve_metrics(port: int, host: str = "127.0.0.1", ready: Callable[[], bool] 
             if not self._admin_answer(self.command):
                 self.send_error(501, "Unsupported method")
 
-        do_POST = do_PUT = do_PATCH = do_DELETE = _not_allowed  # noqa: N815
+        do_POST = do_PUT = do_PATCH = do_DELETE = _not_allowed
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path.startswith("/v1") and self._admin_answer("GET"):
                 return

@@ -132,7 +132,7 @@ def unpack(data: bytes) -> list[Any]:
     except Exception as exc:
         raise ValueError(f"bad rail message: {exc}") from exc
     if not isinstance(batch, list):
-        raise ValueError("rail message is not a list")
+        raise ValueError("rail message is not a list")  # noqa: TRY004 (one error type for any bad message)
     return batch
 
 
@@ -188,5 +188,5 @@ class SocketPump:
     def close(self) -> None:
         try:
             self._loop.remove_reader(self._fd)
-        except Exception:
+        except (OSError, ValueError, RuntimeError):  # the loop or the socket is already closed
             pass

@@ -106,7 +106,7 @@ class Supervisor:
                 from prometheus_client import multiprocess
 
                 multiprocess.mark_process_dead(child.proc.pid)
-            except Exception:
+            except (OSError, TypeError):  # its gauge files are gone, or metrics are not multiprocess
                 pass
             child.proc = None
             child.next_start = now + delay

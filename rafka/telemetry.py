@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import os
 from bisect import bisect_left
-from functools import lru_cache
-from typing import Any, Iterator
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -35,7 +36,7 @@ class _GatewayMetrics:
                               ["shard"], multiprocess_mode="livemin")
 
 
-@lru_cache(maxsize=None)
+@cache
 def gateway_metrics() -> _GatewayMetrics:
     return _GatewayMetrics()
 
@@ -43,7 +44,7 @@ def gateway_metrics() -> _GatewayMetrics:
 class RequestTally:
     """One label set's requests and latencies counted since the last flush."""
 
-    __slots__ = ("counter", "histogram", "bounds", "count", "total", "buckets")
+    __slots__ = ("bounds", "buckets", "count", "counter", "histogram", "total")
 
     def __init__(self, counter: Any, histogram: Any) -> None:
         self.counter = counter
@@ -105,14 +106,14 @@ class RequestMeter:
                     t.histogram._buckets[i].inc(n)
 
 
-@lru_cache(maxsize=None)
+@cache
 def gateway_meter() -> RequestMeter:
     """The gateway's per-API request counter and latency histogram."""
     metrics = gateway_metrics()
     return RequestMeter(metrics.requests, metrics.latency)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tracer() -> Any:
     if not any(k.startswith("OTEL_EXPORTER_OTLP") for k in os.environ):
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import socket
 import struct
-from typing import Any
+from typing import Any, Self
 
 from kio.index import load_request_schema
 from kio.serial import entity_writer
@@ -22,7 +22,7 @@ class RawClient:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "RawClient":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, TextIO
+from typing import Any, Self, TextIO
 
 MISSING = "-"
 
@@ -99,7 +99,7 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from rafka.protocol.consumer_protocol import decode_assignment
 from rafka.admin.shards import Call, ShardClient, ShardError
 from rafka.admin.users import UsersFile, basic_credentials
+from rafka.protocol.consumer_protocol import decode_assignment
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.admin")

@@ -28,7 +28,7 @@ import hmac
 import logging
 import secrets
 import tomllib
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from prometheus_client import Counter
@@ -54,7 +54,7 @@ class AuthError(Exception):
     """Authentication failed; ``str(exc)`` may be sent to the client."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def auth_metrics() -> Counter:
     return Counter("rafka_gateway_sasl_authentications", "SASL authentications by mechanism and result",
                    ["mechanism", "result"])

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 
 class InlineRequest(asyncio.Future):  # type: ignore[type-arg]

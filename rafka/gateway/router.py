@@ -38,8 +38,18 @@ class ShardLoading(ShardUnavailable):
 
 
 class _Shard:
-    __slots__ = ("index", "endpoint", "sock", "pending", "outbox", "alive", "incarnation",
-                 "last_seen", "ping_sent", "pump")
+    __slots__ = (
+        "alive",
+        "endpoint",
+        "incarnation",
+        "index",
+        "last_seen",
+        "outbox",
+        "pending",
+        "ping_sent",
+        "pump",
+        "sock",
+    )
 
     def __init__(self, index: int, endpoint: str, sock: zmq.Socket) -> None:
         self.index = index

@@ -42,7 +42,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from prometheus_client import Counter
@@ -75,7 +75,7 @@ def current_connection() -> KafkaConnection:
     return _connection.get()
 
 
-@lru_cache(maxsize=None)
+@cache
 def limit_hits() -> Counter:
     return Counter("rafka_gateway_limit_hits", "Connection limits hit, by limit", ["limit"])
 

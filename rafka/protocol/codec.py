@@ -19,8 +19,9 @@ import io
 import struct
 import typing
 import uuid
-from functools import lru_cache
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import cache
+from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -104,7 +105,7 @@ def peek_key_version_correlation(frame: bytes) -> tuple[int, int, int]:
     return _HDR.unpack_from(frame, 0)
 
 
-@lru_cache(maxsize=None)
+@cache
 def request_class(api_key: int, version: int) -> type | None:
     """kio's request class for ``api_key``/``version``, or None if Kafka defines none."""
     try:
@@ -113,18 +114,18 @@ def request_class(api_key: int, version: int) -> type | None:
         return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def response_class(api_key: int, version: int) -> type:
     """kio's response class for ``api_key``/``version``."""
     return load_response_schema(api_key, version)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _reader(cls: type) -> Callable[..., Any]:
     return entity_reader(cls)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _writer(cls: type) -> Callable[..., Any]:
     return entity_writer(cls)
 
@@ -161,7 +162,7 @@ def _is_optional(tp: Any) -> bool:
 
 def _strip_optional(tp: Any) -> Any:
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType")) and len(args) == 1:
+    if typing.get_origin(tp) in (typing.Union, __import__("types").UnionType) and len(args) == 1:
         return args[0]
     return tp
 
@@ -191,7 +192,7 @@ def _base(tp: Any) -> Any:
 _PLAIN, _MANY, _ONE, _MS, _ENUM, _BYTES, _LIST = range(7)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _to_op_plan(cls: type) -> tuple[tuple[str, int, Any], ...]:
     """Per field: (name, conversion, nested class) — decided once per class, not per value."""
     hints = typing.get_type_hints(cls)
@@ -226,7 +227,7 @@ def _ms(value: Any) -> int:
     return value // _MS_DELTA if isinstance(value, datetime.timedelta) else int(value)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _converter(cls: type) -> Callable[[Any], dict[str, Any]]:
     """Compile ``to_op`` for one class into a single dict expression (it runs per request)."""
     env: dict[str, Any] = {"_ms": _ms, "_bytes": bytes, "_list": list}
@@ -249,7 +250,7 @@ def _converter(cls: type) -> Callable[[Any], dict[str, Any]]:
             expr = f"_list({v})"
         items.append(f"{name!r}: None if {v} is None else {expr}")
     src = "def convert(e):\n    return {" + ", ".join(items) + "}\n"
-    exec(compile(src, f"<to_op {cls.__module__}.{cls.__name__}>", "exec"), env)
+    exec(compile(src, f"<to_op {cls.__module__}.{cls.__name__}>", "exec"), env)  # noqa: S102 (generated from kio's schema, not input)
     return env["convert"]  # type: ignore[no-any-return]
 
 
@@ -273,7 +274,7 @@ def _zero(tp: Any) -> Any:
     }.get(base)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _from_op_plan(cls: type) -> tuple[tuple[str, Any, Any, Any, bool], ...]:
     hints = typing.get_type_hints(cls)
     plan = []

@@ -20,11 +20,20 @@ import datetime
 import enum
 import struct
 import uuid
-from functools import lru_cache
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import cache
+from typing import Any
 
-from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveField, PrimitiveTupleField,
-                                    classify_field, get_field_tag, get_schema_field_type, is_optional)
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
+)
 
 Write = Callable[[bytearray, Any], None]
 
@@ -202,7 +211,7 @@ def _field_writer(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -
     raise NotImplementedError(f"field {field.name}: unsupported kind {kind!r}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def writer(cls: type) -> Write:
     """The dict writer for kio entity class ``cls``."""
     from rafka.protocol.codec import _from_op_plan

@@ -21,7 +21,7 @@ import dataclasses
 import struct
 import typing
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from kio.serial._introspect import (
@@ -212,7 +212,7 @@ class _Gen:
 _GEN = _Gen()
 
 
-@lru_cache(maxsize=None)
+@cache
 def walker(cls: type) -> Walk:
     """The compiled bounds walker of request class ``cls``."""
     return _GEN.ns[_GEN.entity(cls)]  # type: ignore[no-any-return]

@@ -12,8 +12,9 @@ here touches sockets or clocks.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 from rafka.rail import Op
 from rafka.shard.records import Record, RecordType

@@ -20,7 +20,8 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -39,7 +40,7 @@ Respond = Callable[[Any], None]
 class LoopTimer:
     """The ``Timer`` the group logic uses, backed by this loop's ``call_later``."""
 
-    def __init__(self, runtime: "ShardRuntime") -> None:
+    def __init__(self, runtime: ShardRuntime) -> None:
         self._rt = runtime
         self._handles: dict[str, asyncio.TimerHandle] = {}
 
@@ -67,7 +68,7 @@ class LoopTimer:
 class ShardRuntime:
     """Serves one shard's ops from a ZeroMQ ROUTER socket."""
 
-    def __init__(self, shard_id: int, endpoint: str, state_factory: Callable[["ShardRuntime"], ShardState]) -> None:
+    def __init__(self, shard_id: int, endpoint: str, state_factory: Callable[[ShardRuntime], ShardState]) -> None:
         self.shard_id = shard_id
         self.endpoint = endpoint
         self.incarnation = uuid.uuid4().hex

@@ -6,10 +6,10 @@ from typing import Any
 
 from rafka import ids
 from rafka.config import Config
+from rafka.shard import txn
 from rafka.shard.data import DataPlane
 from rafka.shard.groups import GroupConfig, GroupCoordinator
 from rafka.shard.groups.consumer import ConsumerGroupCoordinator
-from rafka.shard import txn
 from rafka.shard.handlers import ShardState
 from rafka.shard.wal import Wal
 

@@ -46,8 +46,9 @@ import struct
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import crc32c
 import msgpack
@@ -478,8 +479,7 @@ class Wal:
             target = sealed[-1]
             tmp = target.with_suffix(".compact")
             with open(tmp, "wb") as f:
-                for i in range(0, len(records), 10_000):
-                    f.write(encode_entry(records[i : i + 10_000]))
+                f.writelines(encode_entry(records[i : i + 10_000]) for i in range(0, len(records), 10_000))
                 f.flush()
                 os.fsync(f.fileno())
             # Every surviving value (and tombstone) is in ``target`` after the rename, so replaying

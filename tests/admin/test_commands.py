@@ -209,12 +209,12 @@ def test_describing_a_missing_group_exits_3() -> None:
 
 
 def test_group_lag_lists_committed_and_assigned_partitions() -> None:
-    code, out, _ = invoke(["group", "lag", "orders", "--json"])
+    _, out, _ = invoke(["group", "lag", "orders", "--json"])
     data = json.loads(out)
     assert data["total_lag"] == 5
     assert [(r["topic"], r["partition"], r["committed_offset"], r["log_end_offset"], r["lag"], r["member_id"])
             for r in data["partitions"]] == [("t", 0, 5, 10, 5, "m1"), ("t", 1, None, 3, None, "m1")]
-    code, out, _ = invoke(["group", "lag", "orders"])
+    _code, out, _ = invoke(["group", "lag", "orders"])
     lines = out.splitlines()
     assert lines[2] == "TOTAL LAG  5"
     assert lines[4].split() == ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
@@ -281,7 +281,7 @@ def test_reset_commits_in_chunks_with_progress(monkeypatch: pytest.MonkeyPatch) 
 
 def test_reset_all_topics_and_shift() -> None:
     cluster = FakeCluster()
-    code, out, _ = invoke(["group", "reset-offsets", "idle", "--all-topics", "--shift-by", "-1", "--json"], cluster)
+    code, _out, _ = invoke(["group", "reset-offsets", "idle", "--all-topics", "--shift-by", "-1", "--json"], cluster)
     assert code == 0 and cluster.altered == [{("t", 0): 3, ("t", 2): 8}]
     code, _, err = invoke(["group", "reset-offsets", "idle", "--topic", "t", "--shift-by", "1"], cluster)
     assert code == EXIT_KAFKA and "no committed offset" in err  # t[1] was never committed
@@ -295,7 +295,7 @@ def test_reset_of_unknown_topic_or_partition() -> None:
 
 def test_reset_to_datetime() -> None:
     cluster = FakeCluster()
-    code, out, _ = invoke(["group", "reset-offsets", "new-group", "--topic", "t:0", "--to-datetime",
+    code, _out, _ = invoke(["group", "reset-offsets", "new-group", "--topic", "t:0", "--to-datetime",
                            "1970-01-01T00:00:00.001Z", "--json"], cluster)
     assert code == 0 and cluster.altered == [{("t", 0): 3}]  # the fake finds log start + 1 for small timestamps
 
@@ -325,15 +325,15 @@ class TopicCluster(FakeCluster):
 
 
 def test_topic_list_and_describe() -> None:
-    code, out, _ = invoke(["topic", "list"], TopicCluster())
+    _, out, _ = invoke(["topic", "list"], TopicCluster())
     assert out.splitlines() == ["TOPIC   PARTITIONS", "a                1", "events          12"]
-    code, out, _ = invoke(["topic", "describe", "t"], TopicCluster())
+    _, out, _ = invoke(["topic", "describe", "t"], TopicCluster())
     lines = out.splitlines()
     assert lines[:3] == ["TOPIC       t", "TOPIC ID    03f74b9b-ce7c-4fc8-a526-91b71cdcfa68", "PARTITIONS  3"]
     assert lines[5].split() == ["0", "0", "2", "10", "8"]
     assert ["retention.ms", "1000", "topic"] in [line.split() for line in lines]
     assert ["segment.ms", "604800000", "default"] in [line.split() for line in lines]
-    code, out, _ = invoke(["topic", "describe", "t", "--json"], TopicCluster())
+    _code, out, _ = invoke(["topic", "describe", "t", "--json"], TopicCluster())
     d = json.loads(out)
     assert d["partitions"][1] == {"partition": 1, "leader": 0, "replicas": [0], "earliest_offset": 0,
                                   "latest_offset": 3}

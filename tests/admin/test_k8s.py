@@ -91,7 +91,7 @@ def test_kustomize_builds() -> None:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl not installed")
-    out = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([kubectl, "kustomize", str(K8S)], check=False, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out.stdout))
     assert kinds == ["ConfigMap", "Deployment", "Service", "Service", "StatefulSet"]
@@ -106,7 +106,8 @@ def _run_start_script(kind: str, name: str, env: dict[str, str], tmp_path: Path)
     (tmp_path / "rafka.toml").write_text(objs[("ConfigMap", "rafka-config")]["data"]["rafka.toml"])
     script = objs[(kind, name)]["spec"]["template"]["spec"]["containers"][0]["args"][0]
     script = script.replace("/etc/rafka/rafka.toml", str(tmp_path / "rafka.toml")).replace("exec rafka ", "exec echo ")
-    out = subprocess.run(["/bin/sh", "-c", script], env={**os.environ, **env}, capture_output=True, text=True,
+    out = subprocess.run(["/bin/sh", "-c", script], env={**os.environ, **env}, check=False,
+                         capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 0, out.stderr
     return shlex.split(out.stdout)

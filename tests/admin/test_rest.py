@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from rafka.protocol.consumer_protocol import encode_assignment
 from rafka.admin.rest import AdminApi
 from rafka.admin.shards import Call, ShardClient, ShardError
 from rafka.metrics_http import serve_metrics
+from rafka.protocol.consumer_protocol import encode_assignment
 from rafka.rail import Op
 
 UID = "cgp_01ktb7wm5jvkbfgpzvfnk3kqqb"

@@ -8,8 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -41,11 +41,11 @@ class Rafka:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> "Rafka":
+    def start(self, timeout: float = 30.0) -> Rafka:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "rafka", "serve", "--port", str(self.port), "--metrics-port",
                 str(self.metrics_port), "--shards", str(self.shards), "--data-dir", str(self.data_dir), *self.extra]
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 (the process writes to it until stop())
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.wait_ready(timeout)
@@ -104,7 +104,8 @@ class Rafka:
 
     def children(self) -> dict[str, int]:
         """Process name → pid of the supervisor's children."""
-        out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.proc.pid)], capture_output=True, text=True)
+        out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.proc.pid)], check=False,
+                             capture_output=True, text=True)
         result = {}
         for line in out.stdout.splitlines():
             pid, _, args = line.strip().partition(" ")

@@ -254,7 +254,7 @@ def test_torn_and_corrupt_wal_tail_recovers_to_last_good_record(tmp_path: Path) 
         broker.kill_all()
         from rafka import ids
 
-        seg = sorted((tmp_path / "data" / "meta" / f"{ids.coordinator_partition(ids.DEFAULT_ORG, group):02d}").glob("*.wal"))[-1]
+        seg = max((tmp_path / "data" / "meta" / f"{ids.coordinator_partition(ids.DEFAULT_ORG, group):02d}").glob("*.wal"))
         data = seg.read_bytes()
         seg.write_bytes(data[:-3])  # a torn last entry: the commit of 30 was never completed on disk
         broker.start()

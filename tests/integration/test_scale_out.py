@@ -37,7 +37,7 @@ class Proc:
     def __init__(self, name: str, argv: list[str], log_dir: Path) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
-        self._log = open(self.log_path, "ab")
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 (the process writes to it until stop())
         env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR" and not k.startswith("RAFKA_")}
         self.proc = subprocess.Popen([sys.executable, "-m", "rafka", *argv], cwd=ROOT, env=env, stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)

@@ -340,10 +340,11 @@ def test_mutual_tls_requires_a_client_certificate(tmp_path: Path) -> None:
         with pytest.raises(KafkaException):
             bad.list_topics(timeout=3)
         ctx = ssl.create_default_context(cafile=cert)
-        with pytest.raises((ssl.SSLError, OSError)), socket.create_connection(("127.0.0.1", broker.port), timeout=5) as s:
-            with ctx.wrap_socket(s, server_hostname="localhost") as t:  # no client certificate
-                t.sendall(API_VERSIONS_V0)
-                if not t.recv(4):
-                    raise OSError("closed")
+        with (pytest.raises((ssl.SSLError, OSError)),
+              socket.create_connection(("127.0.0.1", broker.port), timeout=5) as s,
+              ctx.wrap_socket(s, server_hostname="localhost") as t):  # no client certificate
+            t.sendall(API_VERSIONS_V0)
+            if not t.recv(4):
+                raise OSError("closed")
     finally:
         broker.stop()

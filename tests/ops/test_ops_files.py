@@ -8,21 +8,36 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from tests.integration.conftest import Rafka
-from tests.ops.opsutil import (DASHBOARD, DOCKER_DIR, GRAFANA_DIR, PROMETHEUS_DIR, ROOT, SYSTEMD_DIR, alert_rules,
-                               dashboard_exprs, dashboard_variable_queries, iter_panels, load_dashboard,
-                               metric_names, missing_metrics, need_binary, scrape, send_bad_frame)
+from tests.ops.opsutil import (
+    DASHBOARD,
+    DOCKER_DIR,
+    GRAFANA_DIR,
+    PROMETHEUS_DIR,
+    ROOT,
+    SYSTEMD_DIR,
+    alert_rules,
+    dashboard_exprs,
+    dashboard_variable_queries,
+    iter_panels,
+    load_dashboard,
+    metric_names,
+    missing_metrics,
+    need_binary,
+    scrape,
+    send_bad_frame,
+)
 
 UNITS = ["rafka.service", "rafka-gateway.service", "rafka-shard@.service"]
 
 
 def run(argv: list[str], **kw) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, **kw)
+    return subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60, **kw)
 
 
 # -- Prometheus -------------------------------------------------------------------
@@ -152,11 +167,11 @@ def test_env_example_names_real_options(tmp_path: Path) -> None:
 
     text = (SYSTEMD_DIR / "rafka.env.example").read_text()
     fields = {f.name for f in dataclasses.fields(Config)}
-    named = re.findall(r"^#?RAFKA_([A-Z_]+)=", text, re.M)
+    named = re.findall(r"^#?RAFKA_([A-Z_]+)=", text, re.MULTILINE)
     assert named and {n.lower() for n in named} <= fields
     # the active lines parse into a Config (same parsing as systemd: KEY=VALUE per line)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAFKA_")}
-    env.update(re.findall(r"^(RAFKA_[A-Z_]+)=(.*)$", text, re.M))
+    env.update(re.findall(r"^(RAFKA_[A-Z_]+)=(.*)$", text, re.MULTILINE))
     code = ("from rafka.cli import build_parser; from rafka.config import from_args; "
             "c = from_args(build_parser().parse_args(['serve'])); print(c.host, c.shards, c.data_dir)")
     out = run([sys.executable, "-c", code], env=env, cwd=ROOT)
@@ -168,14 +183,14 @@ def test_env_example_names_real_options(tmp_path: Path) -> None:
 
 def test_dockerfile() -> None:
     text = (DOCKER_DIR / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
-    assert re.search(r"^RUN pip install \.", text, re.M)
-    assert re.search(r"^EXPOSE 9092 9464$", text, re.M)
-    assert re.search(r'^VOLUME \["/var/lib/rafka"\]$', text, re.M)
+    assert re.search(r"^FROM python:3\.11-slim$", text, re.MULTILINE)
+    assert re.search(r"^RUN pip install \.", text, re.MULTILINE)
+    assert re.search(r"^EXPOSE 9092 9464$", text, re.MULTILINE)
+    assert re.search(r'^VOLUME \["/var/lib/rafka"\]$', text, re.MULTILINE)
     assert "RAFKA_HOST=0.0.0.0" in text and "RAFKA_ADVERTISED_HOST=" in text and "RAFKA_DATA_DIR=/var/lib/rafka" in text
-    assert re.search(r'^ENTRYPOINT \["rafka"\]$', text, re.M) and re.search(r'^CMD \["serve"\]$', text, re.M)
+    assert re.search(r'^ENTRYPOINT \["rafka"\]$', text, re.MULTILINE) and re.search(r'^CMD \["serve"\]$', text, re.MULTILINE)
     # COPY sources exist in the build context (the repository root, see compose.yml)
-    for line in re.findall(r"^COPY (.+)$", text, re.M):
+    for line in re.findall(r"^COPY (.+)$", text, re.MULTILINE):
         *sources, _dest = line.split()
         for src in sources:
             assert (ROOT / src).exists(), src

@@ -8,14 +8,24 @@ import shutil
 import subprocess
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from tests.integration.conftest import Rafka, free_port
-from tests.ops.opsutil import (OPS, PROMETHEUS_DIR, alert_rules, dashboard_exprs, dashboard_variable_queries,
-                               grafana_to_promql, need_binary, scrape, wait_for)
+from tests.ops.opsutil import (
+    OPS,
+    PROMETHEUS_DIR,
+    alert_rules,
+    dashboard_exprs,
+    dashboard_variable_queries,
+    grafana_to_promql,
+    need_binary,
+    scrape,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +49,7 @@ class Prometheus:
             config = config.replace(old, new)
         (workdir / "prometheus.yml").write_text(config)
         shutil.copy(PROMETHEUS_DIR / "alerts.yml", workdir / "alerts.yml")
-        self.log = open(workdir / "prometheus.log", "wb")
+        self.log = open(workdir / "prometheus.log", "wb")  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
             [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h"],
@@ -175,7 +185,7 @@ def test_every_dashboard_query_runs_and_has_data(stack: tuple[Rafka, Prometheus]
 
 def test_split_deployment_lag_rule_matches_exported_lag(stack: tuple[Rafka, Prometheus]) -> None:
     """ops/README.md's recording rule for split processes computes what `rafka serve` exports."""
-    [expr] = re.findall(r"^\s*expr: (clamp_min\(.+\))$", (OPS / "README.md").read_text(), re.M)
+    [expr] = re.findall(r"^\s*expr: (clamp_min\(.+\))$", (OPS / "README.md").read_text(), re.MULTILINE)
     keys = ("org", "consumergroup", "topic", "partition")
 
     def by_key(result: list[dict[str, Any]]) -> dict[tuple[str, ...], str]:

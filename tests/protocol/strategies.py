@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import typing
-from functools import lru_cache
+from functools import cache
 
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -51,7 +51,7 @@ def _for(kafka_type: str | None, tp: typing.Any) -> st.SearchStrategy[typing.Any
     return st.one_of(st.none(), base) if optional else base
 
 
-@lru_cache(maxsize=None)
+@cache
 def entities(cls: type) -> st.SearchStrategy[typing.Any]:
     """A strategy for valid instances of kio entity ``cls``."""
     hints = typing.get_type_hints(cls)

@@ -12,9 +12,8 @@ from kio.serial import entity_writer
 from kio.static.primitive import Records
 
 from rafka.gateway import handlers  # noqa: F401  (fills the registry)
-from rafka.protocol import wirecheck
 from rafka.gateway.api import REGISTRY
-from rafka.protocol import codec
+from rafka.protocol import codec, wirecheck
 from tests.gateway.harness import Driver, make_gateway
 
 SERVED = [(s.key, v) for s in REGISTRY.values() for v in range(s.min_version, s.max_version + 1)]

@@ -20,8 +20,8 @@ from typing import Any
 
 import msgpack
 
-from rafka.shard.groups import GroupConfig, GroupCoordinator
 from rafka.protocol.consumer_protocol import encode_subscription
+from rafka.shard.groups import GroupConfig, GroupCoordinator
 from rafka.shard.records import Record
 
 ORG = "org-a"

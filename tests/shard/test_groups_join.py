@@ -178,7 +178,7 @@ def test_members_that_do_not_rejoin_are_removed_at_the_rebalance_timeout() -> No
 
 def test_silent_member_is_removed_at_its_session_timeout_during_a_rebalance() -> None:
     ctx = GroupsTestContext()
-    leader, follower = ctx.stable_group("g", n=2, session=10_000, rebalance=60_000)
+    leader, _follower = ctx.stable_group("g", n=2, session=10_000, rebalance=60_000)
     ctx.sleep(9000)
     r1 = ctx.join("g", leader, session=10_000, rebalance=60_000)
     ctx.sleep(999)
@@ -269,8 +269,8 @@ def test_rejoin_in_completing_rebalance_with_same_metadata_repeats_the_join_resp
 
 def test_rejoin_in_completing_rebalance_with_new_metadata_rebalances_and_fails_parked_syncs() -> None:
     ctx = GroupsTestContext()
-    a, ra = ctx.join_new_member("g", client_id="a")
-    b, rb = ctx.join_new_member("g", client_id="b")
+    _a, _ra = ctx.join_new_member("g", client_id="a")
+    b, _rb = ctx.join_new_member("g", client_id="b")
     ctx.sleep(0)
     parked = ctx.sync("g", b, 1)
     assert not parked.done

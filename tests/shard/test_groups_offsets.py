@@ -50,9 +50,9 @@ def test_member_commits_are_fenced_by_member_instance_and_generation() -> None:
     ok = ctx.commit("g", {"t": {0: 5}}, generation=1, member_id=leader)
     assert partition_errors(ok) == {("t", 0): 0}
     cases = [
-        (Errors.ILLEGAL_GENERATION, dict(generation=2, member_id=leader)),
-        (Errors.UNKNOWN_MEMBER_ID, dict(generation=1, member_id="stranger")),
-        (Errors.UNKNOWN_MEMBER_ID, dict(generation=1, member_id=leader, instance_id="pod-x")),  # unknown instance
+        (Errors.ILLEGAL_GENERATION, {"generation": 2, "member_id": leader}),
+        (Errors.UNKNOWN_MEMBER_ID, {"generation": 1, "member_id": "stranger"}),
+        (Errors.UNKNOWN_MEMBER_ID, {"generation": 1, "member_id": leader, "instance_id": "pod-x"}),  # unknown instance
     ]  # FENCED_INSTANCE_ID on commit: test_groups_static
     for expected, kw in cases:
         resp = ctx.commit("g", {"t": {0: 6}}, **kw)

@@ -96,7 +96,7 @@ def test_recovered_members_keep_working_with_their_generation() -> None:
 
 def test_on_loaded_arms_session_timers_of_recovered_members() -> None:
     ctx = GroupsTestContext()
-    a, b = ctx.stable_group("g", n=2, session=10_000)
+    a, _b = ctx.stable_group("g", n=2, session=10_000)
     fresh = assert_recovers(ctx)
     for _ in range(3):
         fresh.sleep(6000)

@@ -81,7 +81,7 @@ def test_followers_are_parked_until_the_leader_syncs() -> None:
 
 def test_sync_in_stable_returns_the_members_current_assignment() -> None:
     ctx = GroupsTestContext()
-    leader, follower = ctx.stable_group("g", n=2)
+    _leader, follower = ctx.stable_group("g", n=2)
     resp = ctx.sync("g", follower, 1)
     assert resp.error == Errors.NONE and resp["assignment"] == follower.encode()
     assert ctx.last_records == []
@@ -146,7 +146,7 @@ def test_heartbeats_keep_a_member_alive_and_silence_removes_it() -> None:
 
 def test_expired_member_triggers_a_rebalance_of_the_others() -> None:
     ctx = GroupsTestContext()
-    a, b = ctx.stable_group("g", n=2, session=10_000)
+    a, _b = ctx.stable_group("g", n=2, session=10_000)
     for _ in range(3):
         ctx.sleep(4000)
         ctx.heartbeat("g", a, 1)

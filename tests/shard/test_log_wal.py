@@ -86,7 +86,7 @@ def test_a_deleted_topic_leaves_no_segments_and_does_not_hold_back_its_successor
     shard = Shard(tmp_path)
     for i in range(12):
         shard.produce(i * 1000, configs=CONFIGS, config_version=1)  # topic id "A", offsets 0..11
-    segments = lambda: len(list((tmp_path / "logs").rglob("*.wal")))  # noqa: E731
+    segments = lambda: len(list((tmp_path / "logs").rglob("*.wal")))
     assert segments() > 3
     shard.apply(shard.logs.delete_partitions(ORG, {"topic": "t", "partitions": None, "topic_id": "A"})[0])
     assert segments() == 0, "the deleted topic's segments are gone"

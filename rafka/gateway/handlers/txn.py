@@ -158,7 +158,7 @@ async def describe_transactions(ctx: RequestContext, req: dict[str, Any]) -> dic
     for tid in tids:  # kio wants an aware datetime; Kafka sends -1 when there is no transaction
         st = dict(found[tid])
         start = max(int(st["transaction_start_time"]), 0) / 1000
-        st["transaction_start_time"] = datetime.datetime.fromtimestamp(start, datetime.timezone.utc)
+        st["transaction_start_time"] = datetime.datetime.fromtimestamp(start, datetime.UTC)
         states.append(st)
     return {"throttle_time": 0, "transaction_states": states}
 

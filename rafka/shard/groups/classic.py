@@ -33,9 +33,18 @@ class ClassicGroupMember:
     """One member of a classic group and its parked JoinGroup/SyncGroup, if any."""
 
     __slots__ = (
-        "member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout_ms",
-        "session_timeout_ms", "protocol_type", "protocols", "assignment", "awaiting_join",
-        "awaiting_sync", "is_new",
+        "assignment",
+        "awaiting_join",
+        "awaiting_sync",
+        "client_host",
+        "client_id",
+        "group_instance_id",
+        "is_new",
+        "member_id",
+        "protocol_type",
+        "protocols",
+        "rebalance_timeout_ms",
+        "session_timeout_ms",
     )
 
     def __init__(

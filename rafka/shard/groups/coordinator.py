@@ -32,7 +32,6 @@ from rafka.shard.groups.offsets_store import entry_commit_ts, pack_entry
 from rafka.shard.groups.state import ClassicGroupState
 from rafka.shard.records import Record, RecordType
 
-
 _OFFSET_COMMIT = int(RecordType.OFFSET_COMMIT)
 
 

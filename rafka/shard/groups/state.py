@@ -11,12 +11,13 @@ may come from; ``check_transition`` is the one place that enforces it, and
 from __future__ import annotations
 
 from enum import Enum
+from typing import Self
 
 
 class ClassicGroupState(Enum):
     """States of a classic group; the value is Kafka's display name."""
 
-    def __new__(cls, name: str, doc: str) -> ClassicGroupState:
+    def __new__(cls, name: str, doc: str) -> Self:
         member = object.__new__(cls)
         member._value_ = name
         member.__doc__ = doc

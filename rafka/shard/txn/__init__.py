@@ -4,7 +4,8 @@ into a shard's op table and replayers."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rafka.rail import Op
 from rafka.shard.handlers import ShardState

@@ -23,7 +23,8 @@ it the same way and answers CONCURRENT_TRANSACTIONS until it is complete.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rafka.shard.records import Record, RecordType
 from rafka.shard.txn.state import PREPARED, TransactionMetadata, TransactionState

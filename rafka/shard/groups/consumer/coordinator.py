@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from rafka.shard.groups.config_manager import GroupConfigManager
 from rafka.shard.groups.consumer import assignors
 from rafka.shard.groups.consumer.classic_members import ClassicMembersMixin
 from rafka.shard.groups.consumer.migration import MigrationMixin, NeedTopics, RequestError
@@ -63,7 +64,6 @@ from rafka.shard.groups.consumer.model import (
     target_tombstone,
     unpack_assignment,
 )
-from rafka.shard.groups.config_manager import GroupConfigManager
 from rafka.shard.groups.core import GroupConfig, Respond, Timer, mint_group_uid
 from rafka.shard.groups.errors import Errors
 from rafka.shard.groups.record_helpers import CONSUMER_PROTOCOL_TYPE, group_rrl, new_group_tombstone
