@@ -56,6 +56,7 @@ class Config:
     auto_create_topics: bool = True
     default_partitions: int = 1
     topic_metadata_ttl_ms: int = 1000  # how long a gateway trusts its cached copy of a topic's metadata
+    log_retention_check_interval_ms: int = 30_000  # how often a shard applies retention (Kafka's 300000)
 
     def endpoints(self) -> list[str]:
         """The ZeroMQ endpoint of every shard, in shard order."""

@@ -55,6 +55,7 @@ class Op(IntEnum):
     DELETE_PARTITIONS = 36
     UPDATE_CONFIGS = 37
     LOG_DIRS = 38
+    LIST_LOGS = 39
     TXN_INIT_PRODUCER_ID = 40
     TXN_ADD_PARTITIONS = 41
     TXN_ADD_OFFSETS = 42
@@ -99,6 +100,7 @@ OP_NAMES: dict[int, str] = {
     Op.DELETE_PARTITIONS: "data.delete-partitions",
     Op.UPDATE_CONFIGS: "data.update-configs",
     Op.LOG_DIRS: "data.log-dirs",
+    Op.LIST_LOGS: "data.list-logs",
     Op.TXN_INIT_PRODUCER_ID: "txn.init-producer-id",
     Op.TXN_ADD_PARTITIONS: "txn.add-partitions",
     Op.TXN_ADD_OFFSETS: "txn.add-offsets",

@@ -42,6 +42,7 @@ class _Shard:
         "alive",
         "endpoint",
         "incarnation",
+        "ups",
         "index",
         "last_seen",
         "outbox",
@@ -59,6 +60,7 @@ class _Shard:
         self.outbox: list[list[Any]] = []
         self.alive = False
         self.incarnation: str | None = None
+        self.ups = 0  # times seen coming up: first contact, back from down, or restarted
         self.last_seen = 0.0
         self.ping_sent: dict[int, float] = {}
         self.pump: SocketPump | None = None
@@ -123,6 +125,11 @@ class ShardRouter:
 
     def is_alive(self, shard: int) -> bool:
         return self._shards[shard].alive
+
+    def ups(self, shard: int) -> int:
+        """How many times ``shard`` came up (first contact, back from down, or a new process):
+        a change means it may have missed fan-out ops meanwhile."""
+        return self._shards[shard].ups
 
     async def start(self, wait_ready: float = 0.0) -> None:
         """Start readers and pings; optionally wait up to ``wait_ready`` s for all shards."""
@@ -212,6 +219,8 @@ class ShardRouter:
                     fut.set_exception(ShardUnavailable(f"shard {s.index} restarted"))
         if not s.alive:
             log.info("shard %d at %s is up (incarnation %s)", s.index, s.endpoint, incarnation)
+        if not s.alive or incarnation != s.incarnation:
+            s.ups += 1
         s.incarnation = incarnation
         was_alive, s.alive = s.alive, True
         if not was_alive:

@@ -147,6 +147,9 @@ class Gateway:
         from rafka.gateway.txn import TxnSweeper
 
         self.txn_sweeper = TxnSweeper(router)  # finishes prepared and timed-out transactions
+        from rafka.gateway.reconcile import LogReconciler
+
+        self.reconciler = LogReconciler(router)  # brings back shards' logs in line with the catalogue
         from rafka.gateway import handlers  # noqa: F401  (registers every API)
 
     @property
@@ -164,6 +167,7 @@ class Gateway:
         if self.idle_timeout > 0:
             self._sweeper = asyncio.ensure_future(self._sweep_idle())
         self.txn_sweeper.start()
+        self.reconciler.start()
         try:
             loop.add_signal_handler(signal.SIGHUP, self.reload_users)
             self._sighup = True
@@ -213,6 +217,7 @@ class Gateway:
             self._sweeper.cancel()
             self._sweeper = None
         self.txn_sweeper.stop()
+        self.reconciler.stop()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

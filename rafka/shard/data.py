@@ -65,17 +65,19 @@ class DataPlane:
     """Topic catalogue + partition logs of one shard, with parked fetches."""
 
     def __init__(self, shard_id: int, timer: Any, default_partitions: int = 1,
-                 coordinator_partitions: int = ids.DEFAULT_COORDINATOR_PARTITIONS) -> None:
+                 coordinator_partitions: int = ids.DEFAULT_COORDINATOR_PARTITIONS,
+                 retention_check_ms: int = 30_000) -> None:
         self.catalog = TopicCatalog(default_partitions=default_partitions)
         self.logs = LogManager(shard_id, coordinator_partitions=coordinator_partitions)
         self.timer = timer
+        self.retention_check_ms = retention_check_ms
         self.parked: dict[str, ParkedFetch] = {}
         self.watchers: dict[tuple[str, str, int], set[str]] = {}
 
     def install(self, state: ShardState) -> None:
         """Register this plane's ops and record types on ``state``."""
         for op, fn in [(Op.LIST_TOPICS, self.list_topics), (Op.DESCRIBE_CONFIGS, self.describe_configs),
-                       (Op.LOG_DIRS, self.log_dirs), (Op.FETCH, self.fetch), (Op.FETCH_CANCEL, self.fetch_cancel),
+                       (Op.LOG_DIRS, self.log_dirs), (Op.LIST_LOGS, self.list_logs), (Op.FETCH, self.fetch), (Op.FETCH_CANCEL, self.fetch_cancel),
                        (Op.LIST_OFFSETS, self.list_offsets),
                        (Op.CREATE_TOPIC, _pure(self.catalog.create_topics)),
                        (Op.DELETE_TOPIC, _pure(self.catalog.delete_topics, now=False)),
@@ -146,14 +148,17 @@ class DataPlane:
                  "partitions": self.logs.sizes(org_id, op.get("topics"))})
         return []
 
+    def list_logs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        """Every log here, of every organisation (``LogManager.summary``): ``{logs: [...]}``."""
+        respond({"logs": self.logs.summary()})
+        return []
+
     def list_offsets(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         respond(plain(self.logs.list_offsets(org_id, op)))
         return []
 
-    RETENTION_CHECK_MS = 30_000
-
     def start(self, now_ms: int) -> None:
-        """Run the first retention pass right after recovery, then every RETENTION_CHECK_MS.
+        """Run the first retention pass right after recovery, then every ``retention_check_ms``.
 
         Recovery replays the meta streams (where a producer's expiry is written) before the
         data streams that re-add it, so expired producers come back until a pass; Kafka too
@@ -162,7 +167,7 @@ class DataPlane:
 
     def retention(self, now_ms: int) -> list[Record]:
         """Periodic retention pass: delete whole segments past retention.ms / retention.bytes."""
-        self.timer.schedule("log-retention", self.RETENTION_CHECK_MS, self.retention)
+        self.timer.schedule("log-retention", self.retention_check_ms, self.retention)
         return self.logs.retention(now_ms)
 
     # -- long-poll fetch ----------------------------------------------------

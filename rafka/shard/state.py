@@ -41,7 +41,8 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
         fsync_hist = runtime.metrics.fsync.labels(str(shard_id))
         wal.on_fsync = fsync_hist.observe
     state = ShardState(shard_id, groups, wal=wal)
-    data = DataPlane(shard_id, runtime.timer, cfg.default_partitions, cfg.coordinator_partitions)
+    data = DataPlane(shard_id, runtime.timer, cfg.default_partitions, cfg.coordinator_partitions,
+                     cfg.log_retention_check_interval_ms)
     data.install(state)
     txn.install(state, data.logs)
     return state

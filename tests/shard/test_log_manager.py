@@ -423,3 +423,10 @@ def test_replay_refuses_a_batch_that_does_not_follow_the_log(ctx: Ctx) -> None:
     stray = Record(RecordType.PARTITION_BATCH, (ORG, "t", 0), {"batch": batch(1, base_offset=7), "append_ms": 0})
     with pytest.raises(ValueError):
         ctx.manager.replay(stray)
+
+
+def test_summary_lists_every_log_by_topic_incarnation(ctx: Ctx) -> None:
+    ctx.put(batch(), topic_id="a", incarnation=2, configs={"retention.ms": "5"}, config_version=3)
+    ctx.put(batch(), partition=2, topic_id="a", incarnation=2, configs={"retention.ms": "5"}, config_version=3)
+    ctx.put(batch(), topic="u", partition=1)
+    assert ctx.manager.summary() == [[ORG, "t", "a", 2, 3, [0, 2]], [ORG, "u", None, 0, 0, [1]]]

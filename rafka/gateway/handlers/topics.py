@@ -216,17 +216,20 @@ async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
         return {"responses": [{"name": t["name"], "error_code": code} for t in wanted]}
     topic_cache(ctx).invalidate(ctx.org_id)
     router = ctx.gateway.router
-    drops = []
+    drops: list[tuple[int, Any]] = []
     for t in resp["topics"]:
         incarnation = t.pop("incarnation", 0)
         if t.get("error_code") == 0:
-            drops += [router.call(s, Op.DELETE_PARTITIONS, ctx.org_id,
-                                  {"topic": t["name"], "partitions": ps, "topic_id": t.get("topic_id"),
-                                   "incarnation": incarnation}, ctx.trace)
+            drops += [(s, router.call(s, Op.DELETE_PARTITIONS, ctx.org_id,
+                                      {"topic": t["name"], "partitions": ps, "topic_id": t.get("topic_id"),
+                                       "incarnation": incarnation}, ctx.trace))
                       for s, ps in _partitions_by_shard(ctx, t["name"], t.get("num_partitions", 0)).items()]
         t["topic_id"] = uuid.UUID(t["topic_id"]) if t.get("topic_id") else uuid.UUID(int=0)
     if drops:
-        await asyncio.gather(*drops, return_exceptions=True)  # a down shard drops the log when it sees a new topic id
+        results = await asyncio.gather(*(call for _s, call in drops), return_exceptions=True)
+        for (s, _call), res in zip(drops, results):
+            if isinstance(res, BaseException):  # the topic is deleted; that shard drops its logs when back
+                ctx.gateway.reconciler.mark(s)
     return {"throttle_time": 0, "responses": resp["topics"]}
 
 
@@ -353,13 +356,13 @@ async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], i
         router = ctx.gateway.router
         update = {"topic": name, "configs": resp["configs"], "config_version": resp["config_version"],
                   "topic_id": resp.get("topic_id")}
+        shards = _partitions_by_shard(ctx, name, resp["partitions"])
         results = await asyncio.gather(*(router.call(s, Op.UPDATE_CONFIGS, ctx.org_id, {**update, "partitions": ps},
-                                                     ctx.trace)
-                                         for s, ps in _partitions_by_shard(ctx, name, resp["partitions"]).items()),
+                                                     ctx.trace) for s, ps in shards.items()),
                                        return_exceptions=True)
-        if any(isinstance(res, BaseException) for res in results):
-            return {**out, "error_code": Err.REQUEST_TIMED_OUT,
-                    "error_message": "the configs are stored but some partitions' shards did not answer; retry to apply them"}
+        for s, res in zip(shards, results):
+            if isinstance(res, BaseException):  # stored: that shard's logs take them when it is back, as in Kafka
+                ctx.gateway.reconciler.mark(s)
         return out
 
     return list(await asyncio.gather(*(one(r) for r in resources)))

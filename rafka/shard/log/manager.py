@@ -372,6 +372,15 @@ class LogManager:
         return [[k[1], k[2], log.size] for k, log in sorted(self.logs.items())
                 if k[0] == org_id and (wanted is None or k[1] in wanted)]
 
+    def summary(self) -> list[list[Any]]:
+        """Every log here, of every organisation, grouped by topic incarnation:
+        ``[org, topic, topic_id, incarnation, config_version, [partitions]]`` (for the gateway's
+        check against the catalogue, ``rafka.gateway.reconcile``)."""
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for (org, topic, partition), log in sorted(self.logs.items()):
+            groups.setdefault((org, topic, log.topic_id, log.incarnation, log.config_version), []).append(partition)
+        return [[*key, partitions] for key, partitions in groups.items()]
+
     def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
         """InitProducerId (idempotent producers only); see ``ProducerIdManager.init_producer_id``."""
         return self.producer_ids.init_producer_id(org_id, op, now_ms)
