@@ -42,7 +42,6 @@ class _Shard:
         "alive",
         "endpoint",
         "incarnation",
-        "ups",
         "index",
         "last_seen",
         "outbox",
@@ -50,6 +49,7 @@ class _Shard:
         "ping_sent",
         "pump",
         "sock",
+        "ups",
     )
 
     def __init__(self, index: int, endpoint: str, sock: zmq.Socket) -> None:

@@ -56,7 +56,7 @@ def _spread_topic(prefix: str) -> str:
 
 def _shard_up(broker: Rafka, shard: int) -> bool:
     text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5).read().decode()
-    found = re.search(rf'^rafka_gateway_shard_up\{{[^}}]*shard="{shard}"[^}}]*\}} (\S+)$', text, re.M)
+    found = re.search(rf'^rafka_gateway_shard_up\{{[^}}]*shard="{shard}"[^}}]*\}} (\S+)$', text, re.MULTILINE)
     assert found, "the gateway exports rafka_gateway_shard_up"
     return float(found.group(1)) == 1.0
 
