@@ -14,3 +14,12 @@ def test_invalidating_some_names_keeps_the_others_and_other_orgs() -> None:
     assert set(cache._by_id) == {("o1", "id-b"), ("o2", "id-a2")}
     cache.invalidate("o1")
     assert set(cache._by_name) == {("o2", "a")} and set(cache._by_id) == {("o2", "id-a2")}
+
+
+def test_expired_entries_do_not_pile_up_with_topic_churn() -> None:
+    """A long-lived gateway sees topics deleted and created again under new ids."""
+    cache = TopicCache(ttl=1)
+    for i in range(100_000):  # 100 s of churn, one new topic id every millisecond
+        cache._store("o", {"name": f"t{i % 10}", "topic_id": f"id-{i}", "partitions": 1}, now=i / 1000)
+    assert len(cache._by_id) <= 4096 and len(cache._by_name) == 10
+    assert ("o", "id-99999") in cache._by_id, "live entries stay"

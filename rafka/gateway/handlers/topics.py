@@ -103,12 +103,15 @@ class TopicCache:
 
     Entries live ``ttl`` seconds, so a topic created or deleted through any gateway
     is seen by every other within that time; a miss asks the catalogue at once.
+    Expired entries are dropped whenever the cache has doubled since the last purge,
+    so topics deleted (or created again under new ids) do not pile up.
     """
 
     def __init__(self, ttl: float = 1.0) -> None:
         self.ttl = ttl
         self._by_name: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._by_id: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._purge_at = 1024
 
     def invalidate(self, org_id: str, names: set[str] | None = None) -> None:
         """Forget the org's entries (only those of ``names`` when given)."""
@@ -152,6 +155,11 @@ class TopicCache:
         return hit[1] if hit else None
 
     def _store(self, org_id: str, t: dict[str, Any], now: float) -> None:
+        if len(self._by_name) + len(self._by_id) >= self._purge_at:
+            for cache in (self._by_name, self._by_id):
+                for key in [k for k, (expires, _) in cache.items() if expires <= now]:
+                    del cache[key]
+            self._purge_at = max(1024, 2 * (len(self._by_name) + len(self._by_id)))
         if t.get("error_code"):
             self._by_name.pop((org_id, t["name"]), None)
             return
