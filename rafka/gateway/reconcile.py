@@ -28,6 +28,7 @@ import asyncio
 import logging
 from typing import Any
 
+from rafka.gateway.periodic import Periodic
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway.reconcile")
@@ -52,22 +53,16 @@ def plan(logs: list[list[Any]], catalogue: dict[str, dict[str, Any]]) -> list[tu
     return ops
 
 
-class LogReconciler:
+class LogReconciler(Periodic):
     """Checks each shard that came up, or missed a fan-out, against the catalogue; once per ``interval``."""
 
     def __init__(self, router: Any, interval: float = 1.0) -> None:
+        super().__init__(interval)
         self.router = router
-        self.interval = interval
         self._checked: dict[int, int] = {}  # shard -> its ``ups`` count when last reconciled
-        self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+    async def tick(self) -> int:
+        return await self.reconcile_due()
 
     def mark(self, shard: int) -> None:
         """``shard`` missed a fan-out op: reconcile it once it answers again."""
@@ -111,11 +106,3 @@ class LogReconciler:
                          org, payload["topic"], payload["partitions"], payload["topic_id"])
             sent += len(ops)
         return sent
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.reconcile_due()
-            except Exception:
-                log.exception("log reconciliation failed")

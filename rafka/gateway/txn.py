@@ -24,6 +24,7 @@ import asyncio
 import logging
 from typing import Any
 
+from rafka.gateway.periodic import Periodic
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway.txn")
@@ -90,22 +91,16 @@ async def _complete(router: Any, completion: dict[str, Any], trace: str | None) 
     return True
 
 
-class TxnSweeper:
+class TxnSweeper(Periodic):
     """Finishes prepared and timed-out transactions on every shard, once per ``interval``."""
 
     def __init__(self, router: Any, interval: float = 1.0, min_age_ms: int = 2000) -> None:
+        super().__init__(interval)
         self.router = router
-        self.interval = interval
         self.min_age_ms = min_age_ms
-        self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+    async def tick(self) -> int:
+        return await self.sweep_once()
 
     async def sweep_once(self) -> int:
         """One pass over the live shards; the number of transactions completed."""
@@ -122,11 +117,3 @@ class TxnSweeper:
                     log.info("completed transaction %r (%s) left prepared or timed out",
                              completion["transactional_id"], "commit" if completion["committed"] else "abort")
         return done
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.sweep_once()
-            except Exception:
-                log.exception("transaction sweep failed")
