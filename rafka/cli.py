@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from rafka import logs
-from rafka.config import add_arguments, config_path, from_args, load_file
+from rafka.config import add_arguments, config_path, from_args, load_file, problems
 
 
 def build_parser(file_values: dict[str, object] | None = None) -> argparse.ArgumentParser:
@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return admin_run(ns)
     cfg = from_args(ns)
+    bad = problems(cfg)
+    if bad:
+        build_parser(file_values).error("; ".join(bad))
     if getattr(ns, "supervised", False):
         from rafka.loops import die_with_parent
 

@@ -142,6 +142,19 @@ def add_arguments(parser: argparse.ArgumentParser, only: set[str] | None = None,
                                 help=f"(env RAFKA_{name.upper()}, default {default})")
 
 
+POSITIVE = ("shards", "coordinator_partitions", "log_retention_check_interval_ms", "max_request_bytes",
+            "max_inflight_per_connection")
+
+
+def problems(cfg: Config) -> list[str]:
+    """What makes ``cfg`` unusable, as flag-named messages (empty when it is fine)."""
+    found = [f"--{name.replace('_', '-')} must be positive, not {getattr(cfg, name)}"
+             for name in POSITIVE if getattr(cfg, name) <= 0]
+    if cfg.fsync not in ("always", "batch", "never"):
+        found.append(f"--fsync must be always, batch or never, not {cfg.fsync!r}")
+    return found
+
+
 def from_args(ns: argparse.Namespace) -> Config:
     """A Config from parsed arguments (unknown attributes ignored)."""
     names = {f.name for f in dataclasses.fields(Config)}

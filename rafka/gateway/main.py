@@ -15,19 +15,23 @@ log = logging.getLogger("rafka.gateway")
 
 
 async def serve(cfg: Config) -> None:
-    """Run a gateway until SIGTERM/SIGINT, then drain and stop."""
-    router = ShardRouter(cfg.endpoints(), partitions=cfg.coordinator_partitions)
-    await router.start(wait_ready=5.0)
-    gateway = Gateway(cfg, router)
-    await gateway.start()
-    loops.tune_gc()
+    """Run a gateway until SIGTERM/SIGINT, then drain and stop (also while still starting)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("gateway stopping: draining in-flight requests")
-    await gateway.shutdown(timeout=5.0)
+    router = ShardRouter(cfg.endpoints(), partitions=cfg.coordinator_partitions)
+    await router.start()
+    deadline = loop.time() + 5.0  # give the shards a moment, so the first clients find them up
+    while not stop.is_set() and loop.time() < deadline and not all(map(router.is_alive, range(router.shard_count))):
+        await asyncio.sleep(0.05)
+    if not stop.is_set():
+        gateway = Gateway(cfg, router)
+        await gateway.start()
+        loops.tune_gc()
+        await stop.wait()
+        log.info("gateway stopping: draining in-flight requests")
+        await gateway.shutdown(timeout=5.0)
     await router.close()
     telemetry.shutdown_tracing()
 

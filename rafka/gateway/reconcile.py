@@ -12,20 +12,26 @@ shard a fan-out failed on (``mark``): it lists the shard's logs (LIST_LOGS),
 asks each organisation's catalogue about those topics, and sends
 
 * DELETE_PARTITIONS for logs whose topic is gone or was created again (another
-  topic id), naming the log's own id and incarnation, so a newer log is never hit;
+  topic id, a newer incarnation), naming the log's own id and incarnation, so a
+  newer log is never hit;
 * UPDATE_CONFIGS for logs whose configs are older than the catalogue's.
 
-Logs from before topic ids (none on a fresh install) are left alone. A pass that
-fails (a shard down or loading) is retried on the next tick. The catalogue read
-comes after the log listing, so any log listed belongs to a topic the catalogue
-had already created: one it no longer has was deleted. Every op is idempotent, so
-several gateways doing this at once is harmless.
+A log is dropped only on proof: the catalogue must have numbered the log's
+creation (its version is at least the log's incarnation). A catalogue that never
+saw the topic — the wrong shard asked, records lost, an in-memory catalogue
+restarted — proves nothing, and the log stays. The catalogue read comes after the
+log listing, so a topic it saw created and no longer has was deleted. Logs from
+before incarnations are never dropped. A pass that fails (a shard down, loading,
+or too old to know LIST_LOGS) is retried with a growing delay, with one warning
+once it keeps failing. Every op is idempotent, so several gateways doing this
+at once is harmless; only the one whose op changed something logs it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from rafka.gateway.periodic import Periodic
@@ -34,20 +40,29 @@ from rafka.rail import Op
 log = logging.getLogger("rafka.gateway.reconcile")
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
+MAX_BACKOFF = 60.0
 
 
-def plan(logs: list[list[Any]], catalogue: dict[str, dict[str, Any]]) -> list[tuple[Op, dict[str, Any]]]:
+def plan(logs: list[list[Any]], catalogue: dict[str, Any]) -> list[tuple[Op, dict[str, Any]]]:
     """The ops that bring one organisation's ``logs`` (``LogManager.summary`` rows) in line
-    with its ``catalogue`` answer (LIST_TOPICS topics by name)."""
+    with its ``catalogue`` (a LIST_TOPICS answer: ``{topics, version}``)."""
+    topics = {t["name"]: t for t in catalogue["topics"]}
+    seen_up_to = catalogue.get("version", 0)
     ops: list[tuple[Op, dict[str, Any]]] = []
     for _org, topic, topic_id, incarnation, config_version, partitions in logs:
-        info = catalogue.get(topic)
+        info = topics.get(topic)
         if topic_id is None or info is None:
             continue  # before topic ids, or the catalogue did not answer for it
-        if info["error_code"] == UNKNOWN_TOPIC_OR_PARTITION or (not info["error_code"] and info["topic_id"] != topic_id):
+        known = 0 < incarnation <= seen_up_to  # this catalogue numbered the log's creation
+        if info["error_code"] == UNKNOWN_TOPIC_OR_PARTITION:
+            gone = known
+        else:
+            gone = known and not info["error_code"] and info["topic_id"] != topic_id \
+                and info.get("incarnation", 0) > incarnation
+        if gone:
             ops.append((Op.DELETE_PARTITIONS, {"topic": topic, "partitions": partitions, "topic_id": topic_id,
                                                "incarnation": incarnation}))
-        elif not info["error_code"] and info.get("config_version", 0) > config_version:
+        elif not info["error_code"] and info["topic_id"] == topic_id and info.get("config_version", 0) > config_version:
             ops.append((Op.UPDATE_CONFIGS, {"topic": topic, "partitions": partitions, "topic_id": topic_id,
                                             "configs": info["configs"], "config_version": info["config_version"]}))
     return ops
@@ -59,31 +74,40 @@ class LogReconciler(Periodic):
     def __init__(self, router: Any, interval: float = 1.0) -> None:
         super().__init__(interval)
         self.router = router
-        self._checked: dict[int, int] = {}  # shard -> its ``ups`` count when last reconciled
+        self._checked: dict[int, tuple[int, int]] = {}  # shard -> (ups, marks) when last reconciled
+        self._marks: dict[int, int] = {}
+        self._failures: dict[int, int] = {}
+        self._retry_at: dict[int, float] = {}
 
     async def tick(self) -> int:
         return await self.reconcile_due()
 
     def mark(self, shard: int) -> None:
         """``shard`` missed a fan-out op: reconcile it once it answers again."""
-        self._checked.pop(shard, None)
+        self._marks[shard] = self._marks.get(shard, 0) + 1
+        self._retry_at.pop(shard, None)
 
     async def reconcile_due(self) -> int:
-        """Reconcile every live shard not checked since it last came up; the ops sent."""
+        """Reconcile every live shard not checked since it came up or was marked; the ops sent."""
         router = self.router
         sent = 0
         for shard in range(router.shard_count):
-            if not router.is_alive(shard):
+            if not router.is_alive(shard) or time.monotonic() < self._retry_at.get(shard, 0.0):
                 continue
-            ups = router.ups(shard)
-            if self._checked.get(shard) == ups:
+            state = (router.ups(shard), self._marks.get(shard, 0))
+            if self._checked.get(shard) == state:
                 continue
             try:
                 sent += await self.reconcile(shard)
-            except Exception as exc:  # a shard down or loading: the next tick tries again
-                log.debug("reconciling shard %d's logs: %r; retrying", shard, exc)
+            except Exception as exc:  # a shard down, loading or too old: try again later
+                failures = self._failures[shard] = self._failures.get(shard, 0) + 1
+                self._retry_at[shard] = time.monotonic() + min(self.interval * 2 ** failures, MAX_BACKOFF)
+                if failures == 5:
+                    log.warning("could not check shard %d's logs against the catalogue %d times (%r); "
+                                "still retrying", shard, failures, exc)
                 continue
-            self._checked[shard] = ups
+            self._failures.pop(shard, None)
+            self._checked[shard] = state
         return sent
 
     async def reconcile(self, shard: int) -> int:
@@ -96,13 +120,14 @@ class LogReconciler(Periodic):
         sent = 0
         for org, logs in by_org.items():
             names = sorted({row[1] for row in logs})
-            answer = await router.call(router.shard_for_catalog(org), Op.LIST_TOPICS, org,
-                                       {"names": names, "auto_create": False})
-            ops = plan(logs, {t["name"]: t for t in answer["topics"]})
-            await asyncio.gather(*(router.call(shard, op, org, payload) for op, payload in ops))
-            for op, payload in ops:
-                log.info("shard %d: %s %s/%s partitions %s (%s)", shard,
-                         "dropped the logs of deleted topic" if op == Op.DELETE_PARTITIONS else "updated the configs of",
-                         org, payload["topic"], payload["partitions"], payload["topic_id"])
+            catalogue = await router.call(router.shard_for_catalog(org), Op.LIST_TOPICS, org,
+                                          {"names": names, "auto_create": False})
+            ops = plan(logs, catalogue)
+            answers = await asyncio.gather(*(router.call(shard, op, org, payload) for op, payload in ops))
+            for (op, payload), answer in zip(ops, answers):
+                if answer.get("partitions"):  # another gateway may have been first
+                    log.info("shard %d %s of %s/%s partitions %s (topic id %s)", shard,
+                             "dropped the logs" if op == Op.DELETE_PARTITIONS else "updated the configs",
+                             org, payload["topic"], answer["partitions"], payload["topic_id"])
             sent += len(ops)
         return sent

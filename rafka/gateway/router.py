@@ -9,8 +9,11 @@ liveness is separate: the router pings every shard; a shard that misses pings fo
 ``dead_after`` seconds is marked down, its pending calls fail with
 ``ShardUnavailable`` and new calls fail at once until it answers again. A pong
 with a new incarnation id means the shard restarted: calls sent before that ping
-were lost with the old process and fail too. Callers map ``ShardUnavailable`` to
-a retriable Kafka error.
+were lost with the old process and fail too. A pong also carries the shard's
+layout (its index, the shard count, the coordinator partition count); a shard whose
+layout differs from the gateway's owns other state than the gateway would route to
+it, so it stays down (with an error line) until they agree. Callers map
+``ShardUnavailable`` to a retriable Kafka error.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class _Shard:
         "pending",
         "ping_sent",
         "pump",
+        "refused",
         "sock",
         "ups",
     )
@@ -64,6 +68,7 @@ class _Shard:
         self.last_seen = 0.0
         self.ping_sent: dict[int, float] = {}
         self.pump: SocketPump | None = None
+        self.refused: list[int] | None = None  # the layout it reported, while it differs from ours
 
 
 class ShardRouter:
@@ -131,16 +136,13 @@ class ShardRouter:
         a change means it may have missed fan-out ops meanwhile."""
         return self._shards[shard].ups
 
-    async def start(self, wait_ready: float = 0.0) -> None:
-        """Start readers and pings; optionally wait up to ``wait_ready`` s for all shards."""
+    async def start(self) -> None:
+        """Start readers and pings."""
         loop = asyncio.get_running_loop()
         for s in self._shards:
             self._set_up_gauge(s)
             s.pump = SocketPump(loop, s.sock, lambda frames, s=s: self._on_reply(s, frames[-1]), lambda: None)
         self._pinger = asyncio.create_task(self._ping_loop())
-        deadline = time.monotonic() + wait_ready
-        while time.monotonic() < deadline and not all(s.alive for s in self._shards):
-            await asyncio.sleep(0.05)
 
     async def close(self) -> None:
         if self._pinger:
@@ -209,6 +211,11 @@ class ShardRouter:
     def _on_pong(self, s: _Shard, ping_id: int, payload: Any) -> None:
         sent_at = s.ping_sent.pop(ping_id, None)
         incarnation = payload.get("incarnation") if isinstance(payload, dict) else None
+        layout = payload.get("layout") if isinstance(payload, dict) else None
+        if layout is not None and list(layout) != [s.index, len(self._shards), self.partitions]:
+            self._refuse(s, list(layout))
+            return
+        s.refused = None
         if s.incarnation is not None and incarnation != s.incarnation and sent_at is not None:
             lost = [rid for rid, (_f, t) in s.pending.items() if t < sent_at]
             if lost:
@@ -225,6 +232,21 @@ class ShardRouter:
         was_alive, s.alive = s.alive, True
         if not was_alive:
             self._set_up_gauge(s)
+
+    def _refuse(self, s: _Shard, layout: list[int]) -> None:
+        """The shard at ``s.endpoint`` was started as another shard, or with another shard count or
+        coordinator partition count: it owns other groups and partitions than this gateway would
+        send it, so it is treated as down until the two agree."""
+        if s.refused != layout:
+            log.error("shard %d at %s runs as shard %d of %d with %d coordinator partitions, but this gateway "
+                      "has it as shard %d of %d with %d: not routing to it until they agree (--shards, "
+                      "--shard-endpoints, --coordinator-partitions)", s.index, s.endpoint, *layout,
+                      s.index, len(self._shards), self.partitions)
+            s.refused = layout
+        if s.alive:
+            s.alive = False
+            self._set_up_gauge(s)
+            self._fail_pending(s, ShardUnavailable(f"shard {s.index} has another layout"))
 
     def _set_up_gauge(self, s: _Shard) -> None:
         from rafka.telemetry import gateway_metrics

@@ -124,7 +124,8 @@ class DataPlane:
                 topics.append({"name": info.name, "topic_id": str(info.topic_id), "partitions": info.partitions,
                                "error_code": 0, "configs": dict(info.configs), "config_version": info.config_version,
                                "incarnation": info.incarnation})
-        respond({"topics": topics})
+        # the newest catalogue version: a log whose incarnation is above it was not created by this catalogue
+        respond({"topics": topics, "version": self.catalog.next_version(org_id) - 1})
         return records
 
     def describe_configs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:

@@ -17,7 +17,8 @@ log = logging.getLogger("rafka.shard")
 async def serve(cfg: Config, shard_id: int) -> bool:
     """Run shard ``shard_id`` until SIGTERM/SIGINT; False if it stopped because its WAL failed."""
     endpoint = cfg.endpoints()[shard_id]
-    runtime = ShardRuntime(shard_id, endpoint, lambda rt: build_state(cfg, shard_id, rt))
+    runtime = ShardRuntime(shard_id, endpoint, lambda rt: build_state(cfg, shard_id, rt),
+                           layout=[shard_id, len(cfg.endpoints()), cfg.coordinator_partitions])
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, runtime.stop)

@@ -68,9 +68,11 @@ class LoopTimer:
 class ShardRuntime:
     """Serves one shard's ops from a ZeroMQ ROUTER socket."""
 
-    def __init__(self, shard_id: int, endpoint: str, state_factory: Callable[[ShardRuntime], ShardState]) -> None:
+    def __init__(self, shard_id: int, endpoint: str, state_factory: Callable[[ShardRuntime], ShardState],
+                 layout: list[int] | None = None) -> None:
         self.shard_id = shard_id
         self.endpoint = endpoint
+        self.layout = layout  # [shard id, shard count, coordinator partitions], told to gateways in every pong
         self.incarnation = uuid.uuid4().hex
         self.timer = LoopTimer(self)
         self.metrics = ShardMetrics(shard_id)
@@ -210,7 +212,8 @@ class ShardRuntime:
         if self.failed:
             return  # stopping: nothing more is logged or answered
         if op == Op.PING:
-            self._outbox[ident].append([rid, int(Status.OK), {"incarnation": self.incarnation, "shard": self.shard_id}])
+            self._outbox[ident].append([rid, int(Status.OK), {"incarnation": self.incarnation, "shard": self.shard_id,
+                                                              "layout": self.layout}])
             return
         if self.loading:
             self._outbox[ident].append([rid, int(Status.LOADING), None])

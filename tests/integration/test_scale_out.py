@@ -292,3 +292,33 @@ def test_gateways_share_one_port_with_reuse_port(cluster: Cluster) -> None:
                 seen.add(c.request(10, 3, {"key": "g", "key_type": 0})["node_id"])
     assert seen == {0, 1}
     assert all(p.proc.poll() is None for p in cluster.procs)
+
+
+def test_a_gateway_configured_for_another_layout_is_refused_by_the_shards_and_changes_nothing(
+        cluster: Cluster) -> None:
+    """A gateway whose shard map differs from the shards' (here its coordinator partition count,
+    as after a half-done scale-out) would route groups and topics to shards that do not own
+    them, and find "deleted" topics there; it must treat those shards as down instead."""
+    good = cluster.add_gateway(0)
+    cluster.wait_ready(good[1])
+    boot = f"127.0.0.1:{good[1]}"
+    topic = _name("t")
+    create_topic(boot, topic, 4)
+    producer = Producer({"bootstrap.servers": boot})
+    for i in range(40):
+        producer.produce(topic, value=b"%d" % i, partition=i % 4)
+    assert producer.flush(15) == 0
+    wrong = cluster.add_gateway(1, extra=("--coordinator-partitions", "32"))
+    log = next(p for p in cluster.procs if p.name == "gateway-1")
+    wait_for(lambda: log.logs().count("not routing to it until they agree") >= 2, 20,
+             "the gateway refuses both shards")
+    deadline = time.monotonic() + 3  # longer than a reconciliation tick
+    while time.monotonic() < deadline:
+        try:
+            with RawClient("127.0.0.1", wrong[1], timeout=2) as c:
+                assert c.request(16, 4, {"states_filter": []})["error_code"] != 0, "no shard is reachable"
+        except (OSError, ConnectionError):
+            pass  # still starting
+        time.sleep(0.2)
+    assert "dropped the logs" not in log.logs()
+    assert sum(map(len, _read(boot, topic, 4, 40).values())) == 40, "every record is still there"

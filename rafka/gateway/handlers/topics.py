@@ -7,7 +7,8 @@ Version notes:
 - IncrementalAlterConfigs 0–1 and AlterConfigs 0–2 change topic configs: the
   catalogue validates and stores the overrides, then the shards owning the topic's
   partitions apply them to the logs (retention, segment rolling, the size limit; a
-  shard that is down gets them with the next produce). Broker configs are static.
+  shard that is down gets them when it is back, ``rafka.gateway.reconcile``).
+  Broker configs are static.
   A GROUP resource (IncrementalAlterConfigs, AlterConfigs and DescribeConfigs)
   sets a group's own consumer.session.timeout.ms and consumer.heartbeat.interval.ms
   on the group's coordinator shard (``rafka.shard.groups.config_manager``).
