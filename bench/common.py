@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Self
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,8 +25,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Broker(str):
+    """A bootstrap address that also knows the pid of the `rafka serve` behind it."""
+
+    pid: int
+
+    def __new__(cls, address: str, pid: int) -> Self:
+        self = super().__new__(cls, address)
+        self.pid = pid
+        return self
+
+
 @contextmanager
-def rafka(*flags: str, shards: int = 1) -> Iterator[str]:
+def rafka(*flags: str, shards: int = 1) -> Iterator[Broker]:
     """A `rafka serve` subprocess; yields its bootstrap address."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="rafka-bench-") as data:
@@ -35,13 +47,33 @@ def rafka(*flags: str, shards: int = 1) -> Iterator[str]:
         try:
             _wait_port(port)
             time.sleep(1.0)  # shards connected
-            yield f"127.0.0.1:{port}"
+            yield Broker(f"127.0.0.1:{port}", proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system, every thread) used so far by process ``root`` and its
+    descendants (for a `rafka serve`: the supervisor, the gateway and the shards)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, cpu seconds)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        stats[int(pid)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)  # ppid, utime + stime
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, (parent, _cpu) in stats.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(stats[pid][1] for pid in tree if pid in stats)
 
 
 def _wait_port(port: int, timeout: float = 30) -> None:

@@ -142,8 +142,8 @@ def add_arguments(parser: argparse.ArgumentParser, only: set[str] | None = None,
                                 help=f"(env RAFKA_{name.upper()}, default {default})")
 
 
-POSITIVE = ("shards", "coordinator_partitions", "log_retention_check_interval_ms", "max_request_bytes",
-            "max_inflight_per_connection")
+POSITIVE = ("shards", "coordinator_partitions", "default_partitions", "log_retention_check_interval_ms",
+            "max_request_bytes", "max_inflight_per_connection")
 
 
 def problems(cfg: Config) -> list[str]:

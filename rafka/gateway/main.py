@@ -20,6 +20,7 @@ async def serve(cfg: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: None)  # a reload before the users are loaded: nothing to do
     router = ShardRouter(cfg.endpoints(), partitions=cfg.coordinator_partitions)
     await router.start()
     deadline = loop.time() + 5.0  # give the shards a moment, so the first clients find them up

@@ -21,9 +21,11 @@ creation (its version is at least the log's incarnation). A catalogue that never
 saw the topic — the wrong shard asked, records lost, an in-memory catalogue
 restarted — proves nothing, and the log stays. The catalogue read comes after the
 log listing, so a topic it saw created and no longer has was deleted. Logs from
-before incarnations are never dropped. A pass that fails (a shard down, loading,
-or too old to know LIST_LOGS) is retried with a growing delay, with one warning
-once it keeps failing. Every op is idempotent, so several gateways doing this
+before incarnations are never dropped. A pass that fails (a shard down, or too
+old to know LIST_LOGS; an organisation's catalogue shard down, after the other
+organisations are done) is retried with a growing delay, or at once when the shard
+comes up again, with one warning once it keeps failing; a shard still loading is
+simply tried on the next tick. Every op is idempotent, so several gateways doing this
 at once is harmless; only the one whose op changed something logs it.
 """
 
@@ -35,6 +37,7 @@ import time
 from typing import Any
 
 from rafka.gateway.periodic import Periodic
+from rafka.gateway.router import ShardLoading
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway.reconcile")
@@ -77,7 +80,7 @@ class LogReconciler(Periodic):
         self._checked: dict[int, tuple[int, int]] = {}  # shard -> (ups, marks) when last reconciled
         self._marks: dict[int, int] = {}
         self._failures: dict[int, int] = {}
-        self._retry_at: dict[int, float] = {}
+        self._retry_at: dict[int, tuple[float, int]] = {}  # shard -> (not before, its ups then)
 
     async def tick(self) -> int:
         return await self.reconcile_due()
@@ -92,16 +95,20 @@ class LogReconciler(Periodic):
         router = self.router
         sent = 0
         for shard in range(router.shard_count):
-            if not router.is_alive(shard) or time.monotonic() < self._retry_at.get(shard, 0.0):
+            if not router.is_alive(shard):
                 continue
             state = (router.ups(shard), self._marks.get(shard, 0))
-            if self._checked.get(shard) == state:
-                continue
+            not_before, ups_then = self._retry_at.get(shard, (0.0, state[0]))
+            if self._checked.get(shard) == state or (ups_then == state[0] and time.monotonic() < not_before):
+                continue  # checked, or backing off (until it comes up again)
             try:
                 sent += await self.reconcile(shard)
-            except Exception as exc:  # a shard down, loading or too old: try again later
+            except ShardLoading:
+                continue  # a shard replaying its log: the next tick
+            except Exception as exc:  # a shard down, refused or too old to list its logs: later
                 failures = self._failures[shard] = self._failures.get(shard, 0) + 1
-                self._retry_at[shard] = time.monotonic() + min(self.interval * 2 ** failures, MAX_BACKOFF)
+                delay = min(self.interval * 2.0 ** min(failures, 16), MAX_BACKOFF)
+                self._retry_at[shard] = (time.monotonic() + delay, state[0])
                 if failures == 5:
                     log.warning("could not check shard %d's logs against the catalogue %d times (%r); "
                                 "still retrying", shard, failures, exc)
@@ -118,10 +125,15 @@ class LogReconciler(Periodic):
         for row in listing["logs"]:
             by_org.setdefault(row[0], []).append(row)
         sent = 0
+        failed: Exception | None = None
         for org, logs in by_org.items():
             names = sorted({row[1] for row in logs})
-            catalogue = await router.call(router.shard_for_catalog(org), Op.LIST_TOPICS, org,
-                                          {"names": names, "auto_create": False})
+            try:
+                catalogue = await router.call(router.shard_for_catalog(org), Op.LIST_TOPICS, org,
+                                              {"names": names, "auto_create": False})
+            except Exception as exc:  # that org's catalogue shard is down: the others go on, the pass is retried
+                failed = exc
+                continue
             ops = plan(logs, catalogue)
             answers = await asyncio.gather(*(router.call(shard, op, org, payload) for op, payload in ops))
             for (op, payload), answer in zip(ops, answers):
@@ -130,4 +142,6 @@ class LogReconciler(Periodic):
                              "dropped the logs" if op == Op.DELETE_PARTITIONS else "updated the configs",
                              org, payload["topic"], answer["partitions"], payload["topic_id"])
             sent += len(ops)
+        if failed is not None:
+            raise failed
         return sent

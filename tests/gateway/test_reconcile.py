@@ -14,16 +14,17 @@ from rafka.shard.log.manager import LogManager
 ORG = "acme"
 
 
-def _manager_with(*logs: tuple[str, str | None, int, int]) -> LogManager:
+def _manager_with(*logs: tuple[str, str | None, int, int], org: str = ORG,
+                  manager: LogManager | None = None) -> LogManager:
     """A shard holding partitions 0 and 1 of each ``(topic, topic_id, incarnation, config_version)``."""
-    manager = LogManager()
+    manager = manager or LogManager()
     for topic, topic_id, incarnation, version in logs:
         for partition in (0, 1):
             part = {"topic": topic, "partition": partition, "records": build_batch([SimpleRecord(b"k", b"v", 0)]),
                     "configs": {"retention.ms": "604800000"}, "config_version": version}
             if topic_id is not None:
                 part.update(topic_id=topic_id, incarnation=incarnation)
-            records, _ = manager.produce(ORG, {"acks": -1, "timeout_ms": 100, "partitions": [part]}, 0)
+            records, _ = manager.produce(org, {"acks": -1, "timeout_ms": 100, "partitions": [part]}, 0)
             for r in records:
                 manager.replay(r)
     return manager
@@ -165,3 +166,65 @@ def test_a_shard_that_cannot_answer_is_retried_with_a_growing_delay() -> None:
         assert router.managers[0].logs == {}
 
     asyncio.run(run())
+
+
+def test_backing_off_stays_bounded_and_ends_when_the_shard_comes_up_again() -> None:
+    router = ShardsRouter({"version": 5, "topics": [_unknown("gone")]})
+    router.failing = {Op.LIST_LOGS}
+    reconciler = LogReconciler(router, interval=10)
+    reconciler._failures[0] = 5000  # a shard that has failed for days: the delay stays at its cap
+
+    async def run() -> None:
+        await reconciler.reconcile_due()
+        not_before, _ups = reconciler._retry_at[0]
+        assert not_before - __import__("time").monotonic() <= 60
+        router.failing = set()
+        router.up_counts[0] += 1  # it restarted: checked at once, not after the delay
+        await reconciler.reconcile_due()
+        assert router.managers[0].logs == {}
+
+    asyncio.run(run())
+
+
+def test_a_loading_shard_is_retried_on_the_next_tick_without_backing_off() -> None:
+    from rafka.gateway.router import ShardLoading
+
+    router = ShardsRouter({"version": 5, "topics": [_unknown("gone")]})
+    reconciler = LogReconciler(router, interval=10)
+    loading = [True]
+
+    async def call(shard: int, op: Op, org_id: str, payload: Any, trace: str | None = None) -> Any:
+        if loading[0] and op == Op.LIST_LOGS:
+            raise ShardLoading("loading")
+        return await ShardsRouter.call(router, shard, op, org_id, payload)
+
+    router.call = call  # type: ignore[method-assign]
+
+    async def run() -> None:
+        await reconciler.reconcile_due()
+        assert reconciler._failures == {} and reconciler._retry_at == {}
+        loading[0] = False
+        await reconciler.reconcile_due()
+        assert router.managers[0].logs == {}
+
+    asyncio.run(run())
+
+
+def test_one_organisations_unreachable_catalogue_does_not_hold_up_the_others() -> None:
+    router = ShardsRouter({"version": 5, "topics": [_unknown("gone")]})
+    _manager_with(("other", "id-o", 2, 0), org="aaa-org", manager=router.managers[0])
+    orgs_asked: list[str] = []
+
+    async def call(shard: int, op: Op, org_id: str, payload: Any, trace: str | None = None) -> Any:
+        if op == Op.LIST_TOPICS:
+            orgs_asked.append(org_id)
+            if org_id == "aaa-org":
+                raise ShardUnavailable("its catalogue shard is down")
+        return await ShardsRouter.call(router, shard, op, org_id, payload)
+
+    router.call = call  # type: ignore[method-assign]
+    reconciler = LogReconciler(router, interval=10)
+    asyncio.run(reconciler.reconcile_due())
+    assert orgs_asked == ["aaa-org", ORG], "the failing org comes first"
+    assert [k for k in router.managers[0].logs if k[0] == ORG] == [], "the reachable org's deleted topic went"
+    assert reconciler._failures == {0: 1}, "and the pass is retried for the other"

@@ -23,3 +23,12 @@ def test_expired_entries_do_not_pile_up_with_topic_churn() -> None:
         cache._store("o", {"name": f"t{i % 10}", "topic_id": f"id-{i}", "partitions": 1}, now=i / 1000)
     assert len(cache._by_id) <= 4096 and len(cache._by_name) == 10
     assert ("o", "id-99999") in cache._by_id, "live entries stay"
+
+
+def test_a_zero_ttl_cache_keeps_the_answer_it_just_stored() -> None:
+    """--topic-metadata-ttl-ms 0 asks the catalogue every time; a purge must not drop the
+    entries of the answer being stored (a by-id lookup reads them right after)."""
+    cache = TopicCache(ttl=0)
+    for i in range(3000):
+        cache._store("o", {"name": f"t{i}", "topic_id": f"id-{i}", "partitions": 1}, now=5.0)
+    assert all(("o", f"id-{i}") in cache._by_id for i in range(3000))

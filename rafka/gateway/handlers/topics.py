@@ -158,7 +158,7 @@ class TopicCache:
     def _store(self, org_id: str, t: dict[str, Any], now: float) -> None:
         if len(self._by_name) + len(self._by_id) >= self._purge_at:
             for cache in (self._by_name, self._by_id):
-                for key in [k for k, (expires, _) in cache.items() if expires <= now]:
+                for key in [k for k, (expires, _) in cache.items() if expires < now]:  # ttl 0: keep this answer
                     del cache[key]
             self._purge_at = max(1024, 2 * (len(self._by_name) + len(self._by_id)))
         if t.get("error_code"):
