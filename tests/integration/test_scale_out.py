@@ -150,10 +150,7 @@ def test_one_group_with_members_behind_two_gateways(cluster: Cluster) -> None:
     boot_a, boot_b = f"127.0.0.1:{a[1]}", f"127.0.0.1:{b[1]}"
     topic, group = _name("t"), _name("g")
     create_topic(boot_a, topic, 4)
-    producer = Producer({"bootstrap.servers": boot_b})
-    for i in range(40):
-        producer.produce(topic, value=b"%d" % i, partition=i % 4)
-    assert producer.flush(15) == 0
+    _produce_40(boot_b, topic)
 
     member_a = Member(boot_a, group, topic, **{"client.id": "member-a"})
     member_b = Member(boot_b, group, topic, **{"client.id": "member-b"})
@@ -197,6 +194,14 @@ def _spread_name(prefix: str, partitions: int, shards: int = 2) -> str:
         owners = {ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, name, p), shards) for p in range(partitions)}
         if len(owners) == shards:
             return name
+
+
+def _produce_40(bootstrap: str, topic: str) -> None:
+    """Records b"0".."39" round-robin over a 4-partition topic."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(40):
+        producer.produce(topic, value=b"%d" % i, partition=i % 4)
+    assert producer.flush(15) == 0
 
 
 def _read(bootstrap: str, topic: str, partitions: int, expected: int) -> dict[int, list[bytes]]:
@@ -304,10 +309,7 @@ def test_a_gateway_configured_for_another_layout_is_refused_by_the_shards_and_ch
     boot = f"127.0.0.1:{good[1]}"
     topic, group = _name("t"), _name("g")
     create_topic(boot, topic, 4)
-    producer = Producer({"bootstrap.servers": boot})
-    for i in range(40):
-        producer.produce(topic, value=b"%d" % i, partition=i % 4)
-    assert producer.flush(15) == 0
+    _produce_40(boot, topic)
     admin = AdminClient({"bootstrap.servers": boot})
     admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 7)])])[
         group].result(15)
