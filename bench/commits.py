@@ -79,7 +79,7 @@ def measure(bootstrap: str, mode: str, seconds: float, clients: int) -> tuple[in
     seconds meanwhile are ``broker_cpu()`` before and after."""
     ctx = mp.get_context("spawn")
     q: mp.Queue[tuple[int, int, float]] = ctx.Queue()
-    procs = [ctx.Process(target=_client, args=(str(bootstrap), mode, seconds, q)) for _ in range(clients)]
+    procs = [ctx.Process(target=_client, args=(bootstrap, mode, seconds, q)) for _ in range(clients)]
     for p in procs:
         p.start()
     results = [q.get(timeout=seconds + 60) for _ in procs]

@@ -35,6 +35,9 @@ class Broker(str):
         self.pid = pid
         return self
 
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return str, (str(self),)  # a client process gets the plain address
+
 
 @contextmanager
 def rafka(*flags: str, shards: int = 1) -> Iterator[Broker]:

@@ -12,7 +12,8 @@ with a new incarnation id means the shard restarted: calls sent before that ping
 were lost with the old process and fail too. A pong also carries the shard's
 layout (its index, the shard count, the coordinator partition count); a shard whose
 layout differs from the gateway's owns other state than the gateway would route to
-it, so it stays down (with an error line) until they agree. Callers map
+it, so it stays down (with an error line) until they agree. Pings carry the
+gateway's view of that layout, so the refused shard logs the disagreement too. Callers map
 ``ShardUnavailable`` to a retriable Kafka error.
 """
 
@@ -276,7 +277,8 @@ class ShardRouter:
                     s.ping_sent.pop(next(iter(s.ping_sent)))
                 s.ping_sent[pid] = now
                 try:
-                    s.sock.send(pack([[-pid, int(Op.PING), "", None, None]]), zmq.NOBLOCK)
+                    layout = [s.index, len(self._shards), self.partitions]  # so a refused shard can say so too
+                    s.sock.send(pack([[-pid, int(Op.PING), "", None, {"layout": layout}]]), zmq.NOBLOCK)
                     if s.pump:
                         s.pump.poke()
                 except zmq.ZMQError:

@@ -208,8 +208,8 @@ class Gateway:
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Stop accepting, drain in-flight requests (up to ``timeout``), close connections."""
         if self._sighup:
-            try:
-                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            try:  # a reload while draining: nothing to do (the default action would kill the gateway)
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, lambda: None)
             except (RuntimeError, ValueError):
                 pass
             self._sighup = False

@@ -73,6 +73,7 @@ class ShardRuntime:
         self.shard_id = shard_id
         self.endpoint = endpoint
         self.layout = layout  # [shard id, shard count, coordinator partitions], told to gateways in every pong
+        self._other_layouts: set[tuple[int, ...]] = set()  # those of gateways configured otherwise, logged once
         self.incarnation = uuid.uuid4().hex
         self.timer = LoopTimer(self)
         self.metrics = ShardMetrics(shard_id)
@@ -206,12 +207,25 @@ class ShardRuntime:
             self._pump.poke()
 
     # -- serving ---------------------------------------------------------
+    def _check_layout(self, ping: Any) -> None:
+        """Log (once per layout) a gateway that pings with another layout: it refuses this shard."""
+        theirs = ping.get("layout") if isinstance(ping, dict) else None
+        if theirs is None or self.layout is None or list(theirs) == self.layout:
+            return
+        key = tuple(theirs)
+        if key not in self._other_layouts and len(self._other_layouts) < 16:
+            self._other_layouts.add(key)
+            log.error("a gateway has this shard as shard %d of %d with %d coordinator partitions, but it runs as "
+                      "shard %d of %d with %d: that gateway will not route to it until they agree "
+                      "(--shards, --shard-endpoints, --coordinator-partitions)", *theirs, *self.layout)
+
     def handle(self, ident: bytes, env: list[Any]) -> None:
         """Run one request envelope."""
         rid, op, org_id, trace, payload = env
         if self.failed:
             return  # stopping: nothing more is logged or answered
         if op == Op.PING:
+            self._check_layout(payload)
             self._outbox[ident].append([rid, int(Status.OK), {"incarnation": self.incarnation, "shard": self.shard_id,
                                                               "layout": self.layout}])
             return

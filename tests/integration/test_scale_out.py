@@ -317,6 +317,9 @@ def test_a_gateway_configured_for_another_layout_is_refused_by_the_shards_and_ch
     log = next(p for p in cluster.procs if p.name == "gateway-1")
     wait_for(lambda: "gateway listening" in log.logs(), 20, "the misconfigured gateway starts anyway")
     assert log.logs().count("not routing to it until they agree") == 2, "both shards are refused"
+    shards = [p for p in cluster.procs if p.name.startswith("shard-")]
+    wait_for(lambda: all("that gateway will not route to it" in p.logs() for p in shards), 10,
+             "each shard logs the disagreement too")
     deadline = time.monotonic() + 2.5  # more than two reconciliation ticks
     while time.monotonic() < deadline:
         with RawClient("127.0.0.1", wrong[1], timeout=2) as c:
