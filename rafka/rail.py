@@ -40,6 +40,7 @@ class Op(IntEnum):
     CONSUMER_GROUP_DESCRIBE = 12
     DESCRIBE_GROUP_CONFIGS = 13
     ALTER_GROUP_CONFIGS = 14
+    DELETE_TOPIC_OFFSETS = 15
     CREATE_TOPIC = 20
     DELETE_TOPIC = 21
     CREATE_PARTITIONS = 22
@@ -78,6 +79,7 @@ OP_NAMES: dict[int, str] = {
     Op.OFFSET_COMMIT: "group.offset-commit",
     Op.OFFSET_FETCH: "group.offset-fetch",
     Op.OFFSET_DELETE: "group.offset-delete",
+    Op.DELETE_TOPIC_OFFSETS: "group.delete-topic-offsets",
     Op.DESCRIBE_GROUP: "group.describe",
     Op.LIST_GROUPS: "group.list",
     Op.DELETE_GROUP: "group.delete",

@@ -22,8 +22,9 @@ from typing import Any
 from rafka import ids
 from rafka.rail import Op
 from rafka.shard.handlers import ShardState
+from rafka.shard.log.errors import Errors
 from rafka.shard.log.manager import LogManager, appended_partitions
-from rafka.shard.log.topics import TopicCatalog
+from rafka.shard.log.topics import TopicCatalog, validate_topic_name
 from rafka.shard.records import Record, RecordType
 
 Respond = Callable[[Any], None]
@@ -118,8 +119,9 @@ class DataPlane:
         topics = []
         infos = self.catalog.list_topics(org_id) if names is None else [self.catalog.topic(org_id, n) for n in names]
         for name, info in zip(names or [i.name for i in infos], infos):
-            if info is None:
-                topics.append({"name": name, "topic_id": None, "partitions": 0, "error_code": 3, "configs": {}})
+            if info is None:  # Kafka's codes: an illegal name fails at once, an unknown one is retried
+                code = Errors.INVALID_TOPIC_EXCEPTION if validate_topic_name(name) else Errors.UNKNOWN_TOPIC_OR_PARTITION
+                topics.append({"name": name, "topic_id": None, "partitions": 0, "error_code": int(code), "configs": {}})
             else:
                 topics.append({"name": info.name, "topic_id": str(info.topic_id), "partitions": info.partitions,
                                "error_code": 0, "configs": dict(info.configs), "config_version": info.config_version,

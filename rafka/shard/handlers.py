@@ -51,6 +51,7 @@ class ShardState:
             Op.OFFSET_COMMIT: groups.offset_commit,
             Op.OFFSET_FETCH: groups.offset_fetch,
             Op.OFFSET_DELETE: groups.offset_delete,
+            Op.DELETE_TOPIC_OFFSETS: groups.delete_topic_offsets,
             Op.DESCRIBE_GROUP: groups.describe_group,
             Op.LIST_GROUPS: groups.list_groups,
             Op.DELETE_GROUP: groups.delete_group,

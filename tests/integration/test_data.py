@@ -382,3 +382,51 @@ def test_oversized_size_prefix_while_consumer_commits(rafka: Rafka) -> None:
         stop.set()
         t.join(5)
         c.close()
+
+
+def test_a_deleted_topics_committed_offsets_go_with_it(rafka: Rafka) -> None:
+    """A topic created again under the same name starts from the group's reset policy, not
+    from offsets committed on the old topic (which would skip its first records)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    topic, group, kept = _name("recreated"), _name("g"), _name("kept")
+    create_topic(rafka.bootstrap, topic, 1)
+    create_topic(rafka.bootstrap, kept, 1)
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, 0, 8), TopicPartition(kept, 0, 3)])])[group].result(15)
+    admin.delete_topics([topic])[topic].result(15)
+    create_topic(rafka.bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": rafka.bootstrap})
+    for i in range(5):
+        p.produce(topic, f"new-{i}".encode(), partition=0)
+    assert p.flush(15) == 0
+    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(15)
+    assert [(tp.topic, tp.offset) for tp in res.topic_partitions if tp.offset >= 0] == [(kept, 3)]
+    c = Consumer({"bootstrap.servers": rafka.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    try:
+        c.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+        assert got == [f"new-{i}".encode() for i in range(5)], "the new topic is read from its start"
+    finally:
+        c.close()
+
+
+def test_metadata_names_an_illegal_topic_name_as_such(rafka: Rafka) -> None:
+    """INVALID_TOPIC_EXCEPTION fails a producer at once; UNKNOWN_TOPIC_OR_PARTITION is retried
+    until its message timeout."""
+    with RawClient("127.0.0.1", rafka.port) as c:
+        md = c.request(3, 12, {"topics": [{"name": "bad/name", "topic_id": None}, {"name": "x" * 250, "topic_id": None},
+                                          {"name": _name("absent"), "topic_id": None}],
+                               "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        assert [t["error_code"] for t in md["topics"]] == [17, 17, 3]
+        md = c.request(3, 12, {"topics": [{"name": "bad/name", "topic_id": None}], "allow_auto_topic_creation": True,
+                               "include_topic_authorized_operations": False})
+        assert [t["error_code"] for t in md["topics"]] == [17]

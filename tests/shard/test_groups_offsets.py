@@ -5,7 +5,7 @@ from __future__ import annotations
 from rafka.shard.groups import Errors
 from rafka.shard.groups.offsets_store import pack_entry
 from rafka.shard.records import Record, RecordType
-from tests.shard.test_groups_context import GroupsTestContext, committed, partition_errors
+from tests.shard.test_groups_context import GroupsTestContext, commit_op, committed, fetch_op, partition_errors
 
 DAY = 24 * 3600 * 1000
 
@@ -247,3 +247,18 @@ def test_offset_commit_records_in_the_older_dict_format_still_replay() -> None:
                       {"offset": 42, "leader_epoch": 5, "metadata": "m", "commit_ts": ctx.now})])
     assert committed(ctx.fetch("old", {"t": [0]})) == {("t", 0): 42}
     assert ctx.coord.offsets.get(ctx.org, "old", "t", 0) == (42, 5, "m", ctx.now)
+
+
+def test_deleting_a_topic_drops_every_groups_offsets_of_it_and_nothing_else() -> None:
+    """Kafka's coordinator drops the offsets of deleted partitions: a topic created again under
+    the same name must not resume from the old topic's offsets."""
+    ctx = GroupsTestContext()
+    ctx.commit("g1", {"gone": {0: 8, 3: 9}, "kept": {0: 1}})
+    ctx.commit("g2", {"gone": {1: 4}})
+    ctx.call("offset_commit", commit_op("g1", {"gone": {0: 5}}), org="org-b")
+    resp = ctx.call("delete_topic_offsets", {"topics": ["gone"]})
+    assert resp["deleted"] == 3 and all(r.value is None for r in ctx.last_records)
+    assert committed(ctx.fetch("g1")) == {("kept", 0): 1}
+    assert committed(ctx.fetch("g2")) == {}
+    assert committed(ctx.call("offset_fetch", fetch_op("g1"), org="org-b")) == {("gone", 0): 5}, \
+        "another organisation's topic"

@@ -225,6 +225,9 @@ async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
         return {"responses": [{"name": t["name"], "error_code": code} for t in wanted]}
     topic_cache(ctx).invalidate(ctx.org_id)
     router = ctx.gateway.router
+    deleted = [t["name"] for t in resp["topics"] if t.get("error_code") == 0]
+    offsets = [router.call(s, Op.DELETE_TOPIC_OFFSETS, ctx.org_id, {"topics": deleted}, ctx.trace)
+               for s in range(router.shard_count)] if deleted else []  # every group's, as Kafka does
     drops: list[tuple[int, Any]] = []
     for t in resp["topics"]:
         incarnation = t.pop("incarnation", 0)
@@ -239,6 +242,9 @@ async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
         for (s, _call), res in zip(drops, results):
             if isinstance(res, BaseException):  # the topic is deleted; that shard drops its logs when back
                 ctx.gateway.reconciler.mark(s)
+    for s, res in enumerate(await asyncio.gather(*offsets, return_exceptions=True)):
+        if isinstance(res, BaseException):
+            log.warning("shard %d did not drop the committed offsets of deleted topics %s: %s", s, deleted, res)
     return {"throttle_time": 0, "responses": resp["topics"]}
 
 

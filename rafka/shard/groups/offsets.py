@@ -176,6 +176,19 @@ class OffsetsMixin(MembershipMixin):
         respond({"error_code": Errors.NONE, "topics": topics_out})
         return records
 
+    def delete_topic_offsets(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        """The topics ``op["topics"]`` were deleted: tombstones for every group's committed offsets
+        of them, as Kafka's coordinator drops the offsets of deleted partitions (a topic created
+        again under the name starts from the reset policy, not from the old topic's offsets)."""
+        self._ensure_loaded(now_ms)
+        names = set(op.get("topics") or ())
+        records = [new_offset_commit_tombstone(org, group_id, topic, index)
+                   for org, group_id in self.offsets.group_keys() if org == org_id
+                   for topic in self.offsets.topics(org, group_id) if topic in names
+                   for index, _raw in self.offsets.raw_partitions(org, group_id, topic)]
+        respond({"deleted": len(records)})
+        return records
+
     # ------------------------------------------------------------ expiration
     def expire_offsets(self, now_ms: int) -> list[Record]:
         """Tombstones for expired offsets, and for Empty groups left without offsets."""
