@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from collections import defaultdict
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -430,3 +431,32 @@ def test_metadata_names_an_illegal_topic_name_as_such(rafka: Rafka) -> None:
         md = c.request(3, 12, {"topics": [{"name": "bad/name", "topic_id": None}], "allow_auto_topic_creation": True,
                                "include_topic_authorized_operations": False})
         assert [t["error_code"] for t in md["topics"]] == [17]
+
+
+def test_create_topics_with_a_manual_replica_assignment(rafka: Rafka) -> None:
+    """The assignment sets the partition count; a replica must name this broker (node 0)."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    kp = KafkaAdminClient(bootstrap_servers=rafka.bootstrap)
+    three = _name("assigned")
+    try:
+        kp.create_topics([NewTopic(three, -1, -1, replica_assignments={0: [0], 1: [0], 2: [0]})])
+        assert len(kp.describe_topics([three])[0]["partitions"]) == 3
+    finally:
+        kp.close()
+
+    def create(assignments: list[tuple[int, list[int]]], partitions: int = -1) -> dict[str, Any]:
+        with RawClient("127.0.0.1", rafka.port) as c:
+            resp = c.request(19, 7, {"topics": [{
+                "name": _name("assigned"), "num_partitions": partitions, "replication_factor": -1, "configs": [],
+                "assignments": [{"partition_index": p, "broker_ids": b} for p, b in assignments]}],
+                "timeout": 5000, "validate_only": False})
+        return resp["topics"][0]
+
+    assert create([(0, [0]), (1, [0])])["num_partitions"] == 2
+    elsewhere = create([(0, [5])])
+    assert (elsewhere["error_code"], elsewhere["error_message"]) == (
+        39, "The manual partition assignment includes broker 5, but no such broker is registered.")
+    assert create([(0, [0]), (2, [0])])["error_code"] == 39  # not 0, 1, ...
+    assert create([(0, [0, 0])])["error_code"] == 39
+    assert create([(0, [0])], partitions=1)["error_code"] == 42  # a count as well as an assignment

@@ -178,18 +178,56 @@ def topic_cache(ctx: RequestContext) -> TopicCache:
     return cache
 
 
+def _assignment_refusal(t: dict[str, Any], node_id: int) -> tuple[int, str] | None:
+    """Why Kafka's controller refuses topic ``t``'s manual partition assignment, or None. A valid
+    one sets the partition count; this gateway is the only broker a replica can name."""
+    assignments = t.get("assignments") or []
+    if not assignments:
+        return None
+    if t["replication_factor"] != -1:
+        return Err.INVALID_REQUEST, "A manual partition assignment was specified, but replication factor was not set to -1."
+    if t["num_partitions"] != -1:
+        return Err.INVALID_REQUEST, "A manual partition assignment was specified, but numPartitions was not set to -1."
+    seen: set[int] = set()
+    for a in assignments:
+        index, brokers = a["partition_index"], list(a.get("broker_ids") or [])
+        if index in seen:
+            return Err.INVALID_REPLICA_ASSIGNMENT, f"Found multiple manual partition assignments for partition {index}"
+        seen.add(index)
+        if not brokers:
+            return Err.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
+        for b in brokers:
+            if b != node_id:
+                return Err.INVALID_REPLICA_ASSIGNMENT, (f"The manual partition assignment includes broker {b}, "
+                                                        "but no such broker is registered.")
+        if len(brokers) > 1:
+            return Err.INVALID_REPLICA_ASSIGNMENT, (f"The manual partition assignment includes the broker {node_id} "
+                                                    "more than once.")
+    if seen != set(range(len(seen))):
+        return Err.INVALID_REPLICA_ASSIGNMENT, "partitions should be a consecutive 0-based integer sequence"
+    return None
+
+
 @api(19, 2, 7, "kafka.create-topics")
 async def create_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    payload = {"topics": [{"name": t["name"], "num_partitions": t["num_partitions"],
+    refused = {t["name"]: why for t in req["topics"]
+               if (why := _assignment_refusal(t, ctx.gateway.node_id)) is not None}
+    wanted = [t for t in req["topics"] if t["name"] not in refused]
+    payload = {"topics": [{"name": t["name"],
+                           "num_partitions": len(t["assignments"]) if t.get("assignments") else t["num_partitions"],
                            "replication_factor": t["replication_factor"],
                            "configs": {c["name"]: c["value"] for c in t.get("configs") or []}}
-                          for t in req["topics"]],
+                          for t in wanted],
                "validate_only": req.get("validate_only", False)}
     try:
-        resp = await catalog_call(ctx, Op.CREATE_TOPIC, payload)
+        resp = await catalog_call(ctx, Op.CREATE_TOPIC, payload) if wanted else {"topics": []}
     except Exception as exc:
         code = Err.REQUEST_TIMED_OUT if coordinator_error(exc) else Err.UNKNOWN_SERVER_ERROR
         return {"topics": [{"name": t["name"], "error_code": code, "error_message": str(exc)} for t in req["topics"]]}
+    answers = {t["name"]: t for t in resp["topics"]}
+    resp["topics"] = [answers.get(t["name"]) or {"name": t["name"], "error_code": refused[t["name"]][0],
+                                                 "error_message": refused[t["name"]][1]}
+                      for t in req["topics"]]
     topic_cache(ctx).invalidate(ctx.org_id)
     for t in resp["topics"]:
         t["topic_id"] = uuid.UUID(t["topic_id"]) if t.get("topic_id") else uuid.UUID(int=0)
