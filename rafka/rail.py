@@ -68,6 +68,7 @@ class Op(IntEnum):
     TXN_DESCRIBE = 48
     TXN_LIST = 49
     DESCRIBE_PRODUCERS = 50
+    TXN_VERIFY = 51
 
 
 OP_NAMES: dict[int, str] = {
@@ -114,6 +115,7 @@ OP_NAMES: dict[int, str] = {
     Op.TXN_DESCRIBE: "txn.describe",
     Op.TXN_LIST: "txn.list",
     Op.DESCRIBE_PRODUCERS: "data.describe-producers",
+    Op.TXN_VERIFY: "txn.verify-partitions",
 }
 """Span and metric name of each op: ``rafka.shard.<area>.<op>``."""
 

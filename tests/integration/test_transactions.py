@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from rafka import ids
 from tests.integration.clients import create_topic, wait_for
+from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.rawclient import RawClient
 
@@ -323,3 +324,44 @@ def _try(fn: Any, *args: Any) -> None:
 def _describe_state(broker: Rafka, tid: str) -> str:
     with RawClient("127.0.0.1", broker.port) as c:
         return str(c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"][0]["transaction_state"])
+
+
+def test_a_transactional_write_outside_the_producers_transaction_is_refused(broker: Rafka) -> None:
+    """KIP-890 verification (on by default in Kafka 4): a partition never added to the
+    transaction, or written after the transaction was aborted, answers INVALID_TXN_STATE and
+    stores nothing. Accepted, such a batch would hold back read_committed readers for good."""
+    from rafka.protocol.records import SimpleRecord, build_batch
+
+    topic, tid = _name("verified"), _name("tx")
+    create_topic(broker.bootstrap, topic, 2)
+    with RawClient("127.0.0.1", broker.port) as c:
+        init = c.request(22, 4, {"transactional_id": tid, "transaction_timeout_ms": 60000, "producer_id": -1,
+                                 "producer_epoch": -1})
+        pid, epoch = init["producer_id"], init["producer_epoch"]
+        sequences = {0: 0, 1: 0}
+
+        def produce(partition: int) -> int:
+            batch = build_batch([SimpleRecord(b"k", b"v", int(time.time() * 1000), [])], producer_id=pid,
+                                producer_epoch=epoch, base_sequence=sequences[partition], transactional=True)
+            resp = c.request(0, 9, {"transactional_id": tid, "acks": -1, "timeout": 5000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+            code = resp["responses"][0]["partition_responses"][0]["error_code"]
+            sequences[partition] += code == 0
+            return code
+
+        def end() -> list[int]:
+            lo = c.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+                {"partition_index": p, "current_leader_epoch": -1, "timestamp": -1} for p in (0, 1)]}]})
+            return [p["offset"] for p in lo["topics"][0]["partitions"]]
+
+        added = c.request(24, 3, {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+                                  "v3_and_below_producer_epoch": epoch,
+                                  "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
+        assert added["results_by_topic_v3_and_below"][0]["results_by_partition"][0]["partition_error_code"] == 0
+        assert produce(0) == 0
+        assert produce(1) == 48, "partition 1 was never added to the transaction"
+        ended = c.request(26, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                  "committed": False})
+        assert ended["error_code"] == 0
+        assert produce(0) == 48, "a write after the abort"
+        assert end() == [2, 0], "the data and the abort marker on partition 0; nothing on partition 1"

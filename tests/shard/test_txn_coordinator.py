@@ -190,3 +190,21 @@ def test_transition_table_refuses_illegal_moves() -> None:
     with pytest.raises(IllegalStateTransition):
         meta.transition_to(TransactionState.PREPARE_COMMIT, 0)
     assert meta.transition_to(TransactionState.ONGOING, 5).state is TransactionState.ONGOING
+
+
+def test_verify_partitions_allows_only_the_ongoing_transactions_own_partitions() -> None:
+    ctx = TxnCtx()
+    pid = ctx.init()["producer_id"]
+
+    def refused(p: int, epoch: int, *parts: tuple[str, int], tid: str = "tx") -> list[list[Any]]:
+        return ctx.coord.verify_partitions(ORG, {"transactional_id": tid, "producer_id": p, "producer_epoch": epoch,
+                                                 "partitions": [list(x) for x in parts]})["errors"]
+
+    assert refused(pid, 0, ("t", 0)) == [["t", 0, Errors.INVALID_TXN_STATE]], "no transaction yet"
+    ctx.add(pid, 0, ("t", 0))
+    assert refused(pid, 0, ("t", 0), ("t", 1)) == [["t", 1, Errors.INVALID_TXN_STATE]]
+    assert refused(pid, 7, ("t", 0)) == [["t", 0, Errors.PRODUCER_FENCED]]
+    assert refused(pid + 1, 0, ("t", 0)) == [["t", 0, Errors.INVALID_PRODUCER_ID_MAPPING]]
+    assert refused(pid, 0, ("t", 0), tid="other") == [["t", 0, Errors.INVALID_PRODUCER_ID_MAPPING]]
+    ctx.complete(ctx.end(pid, 0, False)["complete"])
+    assert refused(pid, 0, ("t", 0)) == [["t", 0, Errors.INVALID_TXN_STATE]], "after the abort"

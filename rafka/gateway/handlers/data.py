@@ -26,7 +26,7 @@ from typing import Any
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, partition_error
 from rafka.gateway.handlers.topics import topic_cache
-from rafka.protocol.records import CompressionType
+from rafka.protocol.records import BATCH_HEADER_SIZE, CompressionType, parse_header
 from rafka.rail import Op
 
 _fetch_ids = itertools.count(1)
@@ -104,6 +104,9 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
                 continue
             parts.append({"topic": t["name"], "partition": p["index"], "records": records, **_incarnation(info),
                           "configs": info.get("configs") or {}, "config_version": info.get("config_version", 0)})
+    if req.get("transactional_id") and parts:
+        errors.update(await _unverified(ctx, req["transactional_id"], parts))
+        parts = [p for p in parts if (p["topic"], p["partition"]) not in errors]
     answers = await _split_call(ctx, Op.PRODUCE, parts, {"acks": acks, "timeout_ms": req.get("timeout", 0)}) if parts else {}
     _forget_stale(ctx, answers)
     if acks == 0:
@@ -119,6 +122,33 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
                         "record_errors": a.get("record_errors", []), "error_message": a.get("error_message")})
         responses.append({"name": t["name"], "partition_responses": prs})
     return {"responses": responses, "throttle_time": 0}
+
+
+async def _unverified(ctx: RequestContext, transactional_id: str, parts: list[dict[str, Any]]) -> dict[Any, int]:
+    """Transactional batches for partitions not in their producer's Ongoing transaction, with
+    the error to answer (KIP-890's verification, on by default in Kafka 4): a late write after
+    an abort, or one never added, would otherwise block read_committed readers for good."""
+    by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for p in parts:
+        records = p["records"]
+        if len(records) < BATCH_HEADER_SIZE:
+            continue  # the shard refuses it as corrupt
+        header = parse_header(records)
+        if header.attributes & 0x10:  # transactional
+            by_producer.setdefault((header.producer_id, header.producer_epoch), []).append((p["topic"], p["partition"]))
+    router = ctx.gateway.router
+    shard = router.shard_for_group(ctx.org_id, transactional_id)
+    out: dict[Any, int] = {}
+    for (pid, epoch), keys in by_producer.items():
+        try:
+            resp = await router.call(shard, Op.TXN_VERIFY, ctx.org_id, {
+                "transactional_id": transactional_id, "producer_id": pid, "producer_epoch": epoch,
+                "partitions": [list(k) for k in keys]}, ctx.trace)
+        except Exception:  # the coordinator is down: retriable for a producer, as Kafka maps it
+            out.update((k, Err.NOT_ENOUGH_REPLICAS) for k in keys)
+            continue
+        out.update(((t, p), code) for t, p, code in resp["errors"])
+    return out
 
 
 async def _resolve_fetch_topics(ctx: RequestContext, req: dict[str, Any]) -> list[tuple[dict[str, Any], str | None, Any, int]]:

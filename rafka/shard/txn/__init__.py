@@ -34,6 +34,7 @@ def install(state: ShardState, logs: Any) -> TransactionCoordinator:
     for op, fn in [(Op.TXN_INIT_PRODUCER_ID, coordinator.init_producer_id),
                    (Op.TXN_ADD_PARTITIONS, coordinator.add_partitions),
                    (Op.TXN_ADD_OFFSETS, coordinator.add_offsets), (Op.TXN_END, coordinator.end_txn),
+                   (Op.TXN_VERIFY, lambda org, op, _now: ([], coordinator.verify_partitions(org, op))),
                    (Op.TXN_COMPLETE, coordinator.complete_txn),
                    (Op.TXN_SWEEP, lambda _org, op, now: coordinator.sweep(op, now)),
                    (Op.TXN_DESCRIBE, lambda org, op, _now: ([], coordinator.describe(org, op))),

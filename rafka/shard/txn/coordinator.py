@@ -146,6 +146,23 @@ class TransactionCoordinator:
         records, error = self._add(org_id, op, now_ms, parts, [])
         return records, {"error_code": error}
 
+    def verify_partitions(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
+        """KIP-890's check before a transactional produce is appended (Kafka 4 does it by default).
+        ``op = {transactional_id, producer_id, producer_epoch, partitions: [[topic, partition]]}``;
+        response ``{errors: [[topic, partition, code]]}`` for each partition the producer may not
+        write: INVALID_TXN_STATE unless it is in the producer's Ongoing transaction (not added,
+        or the transaction already aborted or committed), PRODUCER_FENCED or
+        INVALID_PRODUCER_ID_MAPPING for another producer."""
+        meta = self.txns.get((org_id, op["transactional_id"]))
+        parts = [(t, int(p)) for t, p in op["partitions"]]
+        error = self._check_producer(meta, op)
+        if not error and meta is not None and meta.state is not S.ONGOING:
+            error = Errors.INVALID_TXN_STATE
+        if error or meta is None:
+            return {"errors": [[t, p, error] for t, p in parts]}
+        added = set(meta.partitions)
+        return {"errors": [[t, p, Errors.INVALID_TXN_STATE] for t, p in parts if (t, p) not in added]}
+
     def add_offsets(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
         """AddOffsetsToTxn. ``op = {transactional_id, producer_id, producer_epoch, group_id}``."""
         records, error = self._add(org_id, op, now_ms, [], [op["group_id"]])
