@@ -213,7 +213,7 @@ class ShardRouter:
         sent_at = s.ping_sent.pop(ping_id, None)
         incarnation = payload.get("incarnation") if isinstance(payload, dict) else None
         layout = payload.get("layout") if isinstance(payload, dict) else None
-        if layout is not None and list(layout) != [s.index, len(self._shards), self.partitions]:
+        if layout is not None and list(layout) != self._layout(s):
             self._refuse(s, list(layout))
             return
         s.refused = None
@@ -234,6 +234,11 @@ class ShardRouter:
         if not was_alive:
             self._set_up_gauge(s)
 
+    def _layout(self, s: _Shard) -> list[int]:
+        """What this gateway expects shard ``s`` to run as: its index, the shard count, the
+        coordinator partition count (as the shard reports them)."""
+        return [s.index, len(self._shards), self.partitions]
+
     def _refuse(self, s: _Shard, layout: list[int]) -> None:
         """The shard at ``s.endpoint`` was started as another shard, or with another shard count or
         coordinator partition count: it owns other groups and partitions than this gateway would
@@ -241,8 +246,7 @@ class ShardRouter:
         if s.refused != layout:
             log.error("shard %d at %s runs as shard %d of %d with %d coordinator partitions, but this gateway "
                       "has it as shard %d of %d with %d: not routing to it until they agree (--shards, "
-                      "--shard-endpoints, --coordinator-partitions)", s.index, s.endpoint, *layout,
-                      s.index, len(self._shards), self.partitions)
+                      "--shard-endpoints, --coordinator-partitions)", s.index, s.endpoint, *layout, *self._layout(s))
             s.refused = layout
         if s.alive:
             s.alive = False
@@ -277,8 +281,8 @@ class ShardRouter:
                     s.ping_sent.pop(next(iter(s.ping_sent)))
                 s.ping_sent[pid] = now
                 try:
-                    layout = [s.index, len(self._shards), self.partitions]  # so a refused shard can say so too
-                    s.sock.send(pack([[-pid, int(Op.PING), "", None, {"layout": layout}]]), zmq.NOBLOCK)
+                    ping = {"layout": self._layout(s)}  # so a refused shard can say so too
+                    s.sock.send(pack([[-pid, int(Op.PING), "", None, ping]]), zmq.NOBLOCK)
                     if s.pump:
                         s.pump.poke()
                 except zmq.ZMQError:

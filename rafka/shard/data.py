@@ -78,7 +78,8 @@ class DataPlane:
     def install(self, state: ShardState) -> None:
         """Register this plane's ops and record types on ``state``."""
         for op, fn in [(Op.LIST_TOPICS, self.list_topics), (Op.DESCRIBE_CONFIGS, self.describe_configs),
-                       (Op.LOG_DIRS, self.log_dirs), (Op.LIST_LOGS, self.list_logs), (Op.FETCH, self.fetch), (Op.FETCH_CANCEL, self.fetch_cancel),
+                       (Op.LOG_DIRS, self.log_dirs), (Op.LIST_LOGS, self.list_logs),
+                       (Op.FETCH, self.fetch), (Op.FETCH_CANCEL, self.fetch_cancel),
                        (Op.LIST_OFFSETS, self.list_offsets),
                        (Op.CREATE_TOPIC, _pure(self.catalog.create_topics)),
                        (Op.DELETE_TOPIC, _pure(self.catalog.delete_topics, now=False)),
@@ -127,7 +128,7 @@ class DataPlane:
                                "error_code": 0, "configs": dict(info.configs), "config_version": info.config_version,
                                "incarnation": info.incarnation})
         # the newest catalogue version: a log whose incarnation is above it was not created by this catalogue
-        respond({"topics": topics, "version": self.catalog.next_version(org_id) - 1})
+        respond({"topics": topics, "version": self.catalog.version(org_id)})
         return records
 
     def describe_configs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, partition_error
-from rafka.gateway.handlers.topics import topic_cache
+from rafka.gateway.handlers.topics import group_call, topic_cache
 from rafka.protocol.records import BATCH_HEADER_SIZE, CompressionType, parse_header
 from rafka.rail import Op
 
@@ -134,16 +134,14 @@ async def _unverified(ctx: RequestContext, transactional_id: str, parts: list[di
         if len(records) < BATCH_HEADER_SIZE:
             continue  # the shard refuses it as corrupt
         header = parse_header(records)
-        if header.attributes & 0x10:  # transactional
+        if header.is_transactional:
             by_producer.setdefault((header.producer_id, header.producer_epoch), []).append((p["topic"], p["partition"]))
-    router = ctx.gateway.router
-    shard = router.shard_for_group(ctx.org_id, transactional_id)
     out: dict[Any, int] = {}
     for (pid, epoch), keys in by_producer.items():
         try:
-            resp = await router.call(shard, Op.TXN_VERIFY, ctx.org_id, {
+            resp = await group_call(ctx, Op.TXN_VERIFY, transactional_id, {
                 "transactional_id": transactional_id, "producer_id": pid, "producer_epoch": epoch,
-                "partitions": [list(k) for k in keys]}, ctx.trace)
+                "partitions": [list(k) for k in keys]})
         except Exception:  # the coordinator is down: retriable for a producer, as Kafka maps it
             out.update((k, Err.NOT_ENOUGH_REPLICAS) for k in keys)
             continue

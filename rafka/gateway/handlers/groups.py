@@ -20,15 +20,15 @@ from typing import Any
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.consumer_groups import resolve_topics
 from rafka.gateway.handlers.errors import Err, coordinator_error
+from rafka.gateway.handlers.topics import group_call
 from rafka.rail import Op
 
 
 async def _call_or_error(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
     """Call the shard owning ``group_id``: (reply, 0), or (None, the coordinator error to answer)."""
-    router = ctx.gateway.router
     payload["api_version"] = ctx.api_version
     try:
-        return await router.call(router.shard_for_group(ctx.org_id, group_id), op, ctx.org_id, payload, ctx.trace), 0
+        return await group_call(ctx, op, group_id, payload), 0
     except Exception as exc:
         return None, coordinator_error(exc)
 

@@ -241,6 +241,17 @@ async def create_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     return {"throttle_time": 0, "topics": resp["topics"]}
 
 
+async def _to_log_shards(ctx: RequestContext, op: Op, calls: list[tuple[int, dict[str, Any]]]) -> None:
+    """Send ``op`` to the shards holding a topic's logs; a shard that does not answer is left to
+    the reconciler, which brings its logs in line with the catalogue once it is back."""
+    router = ctx.gateway.router
+    results = await asyncio.gather(*(router.call(s, op, ctx.org_id, payload, ctx.trace) for s, payload in calls),
+                                   return_exceptions=True)
+    for (s, _payload), res in zip(calls, results):
+        if isinstance(res, BaseException):
+            ctx.gateway.reconciler.mark(s)
+
+
 def _partitions_by_shard(ctx: RequestContext, topic: str, count: int) -> dict[int, list[int]]:
     """Partitions ``0..count-1`` of ``topic`` grouped by the shard that owns their logs."""
     by_shard: dict[int, list[int]] = {}
@@ -266,20 +277,15 @@ async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     deleted = [t["name"] for t in resp["topics"] if t.get("error_code") == 0]
     offsets = [router.call(s, Op.DELETE_TOPIC_OFFSETS, ctx.org_id, {"topics": deleted}, ctx.trace)
                for s in range(router.shard_count)] if deleted else []  # every group's, as Kafka does
-    drops: list[tuple[int, Any]] = []
+    drops: list[tuple[int, dict[str, Any]]] = []
     for t in resp["topics"]:
         incarnation = t.pop("incarnation", 0)
         if t.get("error_code") == 0:
-            drops += [(s, router.call(s, Op.DELETE_PARTITIONS, ctx.org_id,
-                                      {"topic": t["name"], "partitions": ps, "topic_id": t.get("topic_id"),
-                                       "incarnation": incarnation}, ctx.trace))
+            drops += [(s, {"topic": t["name"], "partitions": ps, "topic_id": t.get("topic_id"),
+                           "incarnation": incarnation})
                       for s, ps in _partitions_by_shard(ctx, t["name"], t.get("num_partitions", 0)).items()]
         t["topic_id"] = uuid.UUID(t["topic_id"]) if t.get("topic_id") else uuid.UUID(int=0)
-    if drops:
-        results = await asyncio.gather(*(call for _s, call in drops), return_exceptions=True)
-        for (s, _call), res in zip(drops, results):
-            if isinstance(res, BaseException):  # the topic is deleted; that shard drops its logs when back
-                ctx.gateway.reconciler.mark(s)
+    await _to_log_shards(ctx, Op.DELETE_PARTITIONS, drops)
     for s, res in enumerate(await asyncio.gather(*offsets, return_exceptions=True)):
         if isinstance(res, BaseException):
             log.warning("shard %d did not drop the committed offsets of deleted topics %s: %s", s, deleted, res)
@@ -405,17 +411,12 @@ async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], i
         if resp["error_code"] or validate_only:
             return {**out, "error_code": resp["error_code"], "error_message": resp.get("error_message")}
         topic_cache(ctx).invalidate(ctx.org_id)  # produces carry the new configs from now on
-        # the logs take them at once too (the retention of a partition nobody produces to)
-        router = ctx.gateway.router
+        # the logs take them at once too (the retention of a partition nobody produces to); stored
+        # already, so a shard that does not answer takes them when it is back, as in Kafka
         update = {"topic": name, "configs": resp["configs"], "config_version": resp["config_version"],
                   "topic_id": resp.get("topic_id")}
-        shards = _partitions_by_shard(ctx, name, resp["partitions"])
-        results = await asyncio.gather(*(router.call(s, Op.UPDATE_CONFIGS, ctx.org_id, {**update, "partitions": ps},
-                                                     ctx.trace) for s, ps in shards.items()),
-                                       return_exceptions=True)
-        for s, res in zip(shards, results):
-            if isinstance(res, BaseException):  # stored: that shard's logs take them when it is back, as in Kafka
-                ctx.gateway.reconciler.mark(s)
+        await _to_log_shards(ctx, Op.UPDATE_CONFIGS, [(s, {**update, "partitions": ps}) for s, ps in
+                                                      _partitions_by_shard(ctx, name, resp["partitions"]).items()])
         return out
 
     return list(await asyncio.gather(*(one(r) for r in resources)))

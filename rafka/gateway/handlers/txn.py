@@ -24,7 +24,7 @@ from typing import Any
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, coordinator_error
-from rafka.gateway.handlers.topics import topic_cache
+from rafka.gateway.handlers.topics import group_call, topic_cache
 from rafka.gateway.txn import complete_transaction
 from rafka.rail import Op
 
@@ -40,9 +40,8 @@ def _fenced_for(code: int, version: int, fenced_from: int) -> int:
 
 
 async def _call_txn(ctx: RequestContext, op: Op, tid: str, payload: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
-    router = ctx.gateway.router
     try:
-        return await router.call(router.shard_for_group(ctx.org_id, tid), op, ctx.org_id, payload, ctx.trace), 0
+        return await group_call(ctx, op, tid, payload), 0
     except Exception as exc:
         return None, coordinator_error(exc)
 

@@ -136,9 +136,13 @@ class TopicCatalog:
         """The topic ``name`` of ``org_id``, or ``None``."""
         return self._topics.get(org_id, {}).get(name)
 
+    def version(self, org_id: str) -> int:
+        """The newest catalogue version of ``org_id`` (0 before its first topic)."""
+        return self._versions.get(org_id, 0)
+
     def next_version(self, org_id: str) -> int:
         """The catalogue version the next create or config change of ``org_id`` takes."""
-        return self._versions.get(org_id, 0) + 1
+        return self.version(org_id) + 1
 
     def topic_by_id(self, org_id: str, topic_id: uuid.UUID | str) -> TopicInfo | None:
         """The topic with ``topic_id`` in ``org_id``, or ``None``."""
@@ -310,7 +314,7 @@ class TopicCatalog:
                     )
                     continue
             seen.add(info.name)
-            records.append(Record(RecordType.TOPIC, (org_id, info.name), {"deleted": self._versions.get(org_id, 0)}))
+            records.append(Record(RecordType.TOPIC, (org_id, info.name), {"deleted": self.version(org_id)}))
             results.append(
                 {
                     "name": info.name,

@@ -155,12 +155,11 @@ class TransactionCoordinator:
         INVALID_PRODUCER_ID_MAPPING for another producer."""
         meta = self.txns.get((org_id, op["transactional_id"]))
         parts = [(t, int(p)) for t, p in op["partitions"]]
-        error = self._check_producer(meta, op)
-        if not error and meta is not None and meta.state is not S.ONGOING:
-            error = Errors.INVALID_TXN_STATE
-        if error or meta is None:
+        error = self._check_producer(meta, op)  # also when there is no ``meta``
+        if error:
             return {"errors": [[t, p, error] for t, p in parts]}
-        added = set(meta.partitions)
+        assert meta is not None
+        added = set(meta.partitions) if meta.state is S.ONGOING else set()
         return {"errors": [[t, p, Errors.INVALID_TXN_STATE] for t, p in parts if (t, p) not in added]}
 
     def add_offsets(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
