@@ -35,16 +35,17 @@ log = logging.getLogger("rafka.gateway")
 TOPIC, BROKER, GROUP = 2, 4, 32  # config resource types
 
 
-async def group_call(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """Call the shard that coordinates ``group_id``."""
+def group_call(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> asyncio.Future[Any]:
+    """Call the shard that coordinates ``group_id`` (the router's future itself: no extra
+    coroutine on the OffsetCommit path)."""
     router = ctx.gateway.router
-    return await router.call(router.shard_for_group(ctx.org_id, group_id), op, ctx.org_id, payload, ctx.trace)  # type: ignore[no-any-return]
+    return router.call(router.shard_for_group(ctx.org_id, group_id), op, ctx.org_id, payload, ctx.trace)
 
 
-async def catalog_call(ctx: RequestContext, op: Op, payload: dict[str, Any]) -> dict[str, Any]:
+def catalog_call(ctx: RequestContext, op: Op, payload: dict[str, Any]) -> asyncio.Future[Any]:
     """Call the shard that owns this organisation's topic catalogue."""
     router = ctx.gateway.router
-    return await router.call(router.shard_for_catalog(ctx.org_id), op, ctx.org_id, payload, ctx.trace)  # type: ignore[no-any-return]
+    return router.call(router.shard_for_catalog(ctx.org_id), op, ctx.org_id, payload, ctx.trace)
 
 
 def _topic_entry(ctx: RequestContext, t: dict[str, Any]) -> dict[str, Any]:
