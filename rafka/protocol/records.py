@@ -45,6 +45,7 @@ INT32_MAX = 2**31 - 1
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC_START = 21  # offset of attributes: the CRC covers [21, end)
 _MAGIC_OFFSET = 16  # same position in every message format version
+_MAX_TIMESTAMP_OFFSET = 35
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_BIT = 0x08
 _TRANSACTIONAL_BIT = 0x10
@@ -198,6 +199,18 @@ def set_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) -> 
     One copy: the join reads the rest of the batch straight from the view.
     """
     return b"".join((struct.pack(">q", base_offset), memoryview(batch)[8:]))
+
+
+def set_log_append_time(batch: bytes | bytearray | memoryview, now_ms: int) -> bytes:
+    """A copy of ``batch`` stamped with LogAppendTime: the timestamp-type bit set and
+    ``maxTimestamp`` = ``now_ms``, CRC recomputed (DefaultRecordBatch.setMaxTimestamp).
+    Consumers then read every record's timestamp as ``now_ms``."""
+    out = bytearray(batch)
+    attributes = struct.unpack_from(">h", out, _CRC_START)[0] | _TIMESTAMP_TYPE_BIT
+    struct.pack_into(">h", out, _CRC_START, attributes)
+    struct.pack_into(">q", out, _MAX_TIMESTAMP_OFFSET, now_ms)
+    struct.pack_into(">I", out, 17, compute_crc(out))
+    return bytes(out)
 
 
 # ---------------------------------------------------------------- records inside a batch

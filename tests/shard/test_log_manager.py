@@ -430,3 +430,81 @@ def test_summary_lists_every_log_by_topic_incarnation(ctx: Ctx) -> None:
     ctx.put(batch(), partition=2, topic_id="a", incarnation=2, configs={"retention.ms": "5"}, config_version=3)
     ctx.put(batch(), topic="u", partition=1)
     assert ctx.manager.summary() == [[ORG, "t", "a", 2, 3, [0, 2]], [ORG, "u", None, 0, 0, [1]]]
+
+
+# -- topic configs that change what a producer or consumer sees -----------------------------
+
+def keyed(*keys: bytes | None, ts: int = 1000, **kw: Any) -> bytes:
+    return build_batch([SimpleRecord(k, b"v", ts + i) for i, k in enumerate(keys)], **kw)
+
+
+def test_compacted_topic_refuses_records_without_keys_naming_each(ctx: Ctx) -> None:
+    compact = {"cleanup.policy": "compact"}
+    resp = ctx.put(keyed(b"a", None, b"c", None), configs=compact)
+    assert resp["error_code"] == Errors.INVALID_RECORD and resp["base_offset"] == -1
+    assert [e["batch_index"] for e in resp["record_errors"]] == [1, 3]
+    assert resp["record_errors"][0]["batch_index_error_message"] == (
+        "Compacted topic cannot accept message without key in topic partition t-0.")
+    assert resp["error_message"].startswith("One or more records have been rejected due to 2 record errors")
+    gz = keyed(b"a", None, compression=CompressionType.GZIP)
+    assert ctx.put(gz, configs=compact)["record_errors"][0]["batch_index"] == 1  # looked for inside gzip too
+    assert ctx.records == [] and ctx.put(keyed(b"a", b"b"), configs=compact)["error_code"] == Errors.NONE
+    assert ctx.put(keyed(None), configs={"cleanup.policy": "delete"})["error_code"] == Errors.NONE
+
+
+def test_compact_only_topic_keeps_records_past_retention_and_refuses_delete_records(ctx: Ctx) -> None:
+    configs = {**SMALL_SEGMENTS, "retention.ms": "1000", "cleanup.policy": "compact"}
+    for t in range(0, 600, 100):
+        ctx.put(keyed(b"k", ts=t), now_ms=t, configs=configs)
+    assert ctx.manager.retention(10**9) == [] and ctx.offsets(-2) == (0, -1)
+    assert ctx.delete_records(2)["error_code"] == Errors.POLICY_VIOLATION and ctx.offsets(-2) == (0, -1)
+    ctx.put(keyed(b"k", ts=600), now_ms=600, configs={**configs, "cleanup.policy": "compact,delete"},
+            config_version=1)
+    assert ctx.manager.retention(10**9), "compact,delete: retention applies again"
+
+
+def test_timestamps_more_than_an_hour_ahead_are_refused_by_default(ctx: Ctx) -> None:
+    now = 1_700_000_000_000
+    assert ctx.put(keyed(b"a", ts=now + 3_600_000), now_ms=now)["error_code"] == Errors.NONE
+    resp = ctx.put(build_batch([SimpleRecord(b"a", b"v", now), SimpleRecord(b"b", b"v", now + 3_600_001)]), now_ms=now)
+    assert resp["error_code"] == Errors.INVALID_TIMESTAMP
+    assert resp["error_message"] == "One or more records have been rejected due to invalid timestamp"
+    assert resp["record_errors"] == [{"batch_index": 1, "batch_index_error_message": (
+        f"Timestamp {now + 3_600_001} of message with offset 1 is out of range. The timestamp should be within "
+        f"[{now - 2**63 + 1}, {now + 3_600_000}]")}]
+    assert ctx.put(keyed(b"a", ts=-1), now_ms=now)["error_code"] == Errors.NONE  # no timestamp: nothing to judge
+    assert ctx.manager.log_end_offset(ORG, "t", 0) == 2
+
+
+def test_timestamp_window_from_topic_configs(ctx: Ctx) -> None:
+    now = 10_000
+    window = {"message.timestamp.before.max.ms": "100", "message.timestamp.after.max.ms": "0"}
+    assert ctx.put(keyed(b"a", ts=now - 101), now_ms=now, configs=window)["error_code"] == Errors.INVALID_TIMESTAMP
+    assert ctx.put(keyed(b"a", ts=now + 1), now_ms=now, configs=window)["error_code"] == Errors.INVALID_TIMESTAMP
+    assert ctx.put(keyed(b"a", ts=now - 100), now_ms=now, configs=window)["error_code"] == Errors.NONE
+    # a codec the broker does not decode is judged by the batch header's first and max timestamps
+    lz4 = bytearray(keyed(b"a", ts=now + 5))
+    lz4[22] |= CompressionType.LZ4
+    struct.pack_into(">I", lz4, 17, __import__("crc32c").crc32c(bytes(lz4[21:])))
+    assert ctx.put(bytes(lz4), now_ms=now, configs=window)["error_code"] == Errors.INVALID_TIMESTAMP
+
+
+def test_log_append_time_topic_stamps_batches(ctx: Ctx) -> None:
+    configs = {"message.timestamp.type": "LogAppendTime"}
+    resp = ctx.put(keyed(b"a", b"b", ts=5 * 10**15), now_ms=777, configs=configs)  # no window for LogAppendTime
+    assert (resp["error_code"], resp["log_append_time_ms"]) == (Errors.NONE, 777)
+    header = parse_header(ctx.fetch(("t", 0, 0))[0]["records"])
+    assert header.is_log_append_time and header.max_timestamp == 777
+    assert ctx.offsets(700) == (0, 777) and ctx.offsets(-3) == (0, 777)
+    assert ctx.put(keyed(b"c"), now_ms=800)["log_append_time_ms"] == 800  # the log keeps the topic's config
+    producer_stamped = bytes(split_batches(ctx.fetch(("t", 0, 0))[0]["records"])[0])
+    assert ctx.put(producer_stamped, now_ms=900)["error_code"] == Errors.INVALID_TIMESTAMP
+    assert ctx.put(keyed(b"d"), now_ms=900, configs={})["log_append_time_ms"] == -1, "CreateTime again"
+
+
+def test_min_insync_replicas_above_one_refuses_acks_all(ctx: Ctx) -> None:
+    configs = {"min.insync.replicas": "2"}
+    [resp] = ctx.produce({"topic": "t", "partition": 0, "records": batch(), "configs": configs}, acks=-1)
+    assert resp["error_code"] == Errors.NOT_ENOUGH_REPLICAS and "min.isr requirement of 2" in resp["error_message"]
+    [resp] = ctx.produce({"topic": "t", "partition": 0, "records": batch(), "configs": configs}, acks=1)
+    assert resp["error_code"] == Errors.NONE

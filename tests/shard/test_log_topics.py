@@ -143,9 +143,18 @@ def test_invalid_partitions(ctx: Ctx, partitions: int) -> None:
 @pytest.mark.parametrize(
     "configs",
     [
-        {"compression.type": "lz4"},
-        {"cleanup.policy": "compact"},
-        {"cleanup.policy": "compact,delete"},
+        {"compression.type": "brotli"},
+        {"cleanup.policy": "compacted"},
+        {"cleanup.policy": ""},
+        {"message.timestamp.type": "createtime"},
+        {"message.timestamp.difference.max.ms": "1000"},  # removed in Kafka 4
+        {"min.insync.replicas": "0"},
+        {"min.cleanable.dirty.ratio": "1.5"},
+        {"preallocate": "yes"},
+        {"compression.gzip.level": "0"},
+        {"leader.replication.throttled.replicas": "0-1"},
+        {"remote.storage.enable": "true"},
+        {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"},
         {"retention.ms": "soon"},
         {"retention.ms": "-2"},
         {"segment.bytes": "100"},
@@ -167,6 +176,34 @@ def test_supported_configs_accepted_in_list_form(ctx: Ctx) -> None:
         {"name": "max.message.bytes", "value": "10"},
     ]
     assert ctx.create("t", configs=configs)["error_code"] == Errors.NONE
+
+
+def test_every_kafka_topic_config_is_accepted_and_described(ctx: Ctx) -> None:
+    """Tools create topics with whatever configs they need (Kafka Streams, Connect, kafka-topics
+    --config): every key Kafka 4 defines is accepted with a valid value and described back."""
+    configs = {
+        "cleanup.policy": "compact,delete", "compression.type": "lz4", "compression.lz4.level": "17",
+        "compression.gzip.level": "-1", "compression.zstd.level": "-5", "delete.retention.ms": "0",
+        "file.delete.delay.ms": "1", "flush.messages": "1", "flush.ms": "0",
+        "follower.replication.throttled.replicas": "0:1,1:2", "leader.replication.throttled.replicas": "*",
+        "index.interval.bytes": "0", "local.retention.bytes": "-2", "local.retention.ms": "-2",
+        "max.compaction.lag.ms": "5", "min.compaction.lag.ms": "5", "message.timestamp.type": "LogAppendTime",
+        "message.timestamp.after.max.ms": "0", "message.timestamp.before.max.ms": "0",
+        "min.cleanable.dirty.ratio": "0.01", "min.insync.replicas": "2", "preallocate": "TRUE",
+        "remote.log.copy.disable": "false", "remote.log.delete.on.disable": "false",
+        "remote.storage.enable": "false", "segment.index.bytes": "4", "segment.jitter.ms": "9",
+        "unclean.leader.election.enable": "true",
+    }
+    resp = ctx.create("t", configs=configs)
+    assert resp["error_code"] == Errors.NONE, resp["error_message"]
+    described = {c["name"]: (c["value"], c["config_source"], c["config_type"])
+                 for c in ctx.catalog.describe_configs(ORG, "t")["configs"]}
+    assert {name: described[name][0] for name in configs} == configs
+    assert described["min.insync.replicas"][1:] == (DYNAMIC_TOPIC_CONFIG, 3)  # INT
+    assert described["preallocate"][2] == 1 and described["min.cleanable.dirty.ratio"][2] == 6  # BOOLEAN, DOUBLE
+    assert described["message.timestamp.type"][2] == 2  # STRING
+    assert described["retention.ms"][:2] == ("604800000", DEFAULT_CONFIG)
+    assert described["message.timestamp.after.max.ms"] == ("0", DYNAMIC_TOPIC_CONFIG, 5)
 
 
 def test_validate_only_writes_nothing(ctx: Ctx) -> None:
@@ -285,9 +322,15 @@ def test_alter_configs_replaces_every_override(ctx: Ctx) -> None:
 def test_append_and_subtract_only_for_list_configs(ctx: Ctx) -> None:
     ctx.create("t")
     assert alter(ctx, ("cleanup.policy", APPEND, "delete"))["configs"] == {"cleanup.policy": "delete"}
-    resp = alter(ctx, ("cleanup.policy", APPEND, "compact"))
-    assert resp["error_code"] == Errors.INVALID_CONFIG and "not supported" in resp["error_message"]
-    assert alter(ctx, ("cleanup.policy", SUBTRACT, "delete"))["error_code"] == Errors.INVALID_CONFIG  # empty policy
+    assert alter(ctx, ("cleanup.policy", APPEND, "compact"))["configs"] == {"cleanup.policy": "delete,compact"}
+    assert alter(ctx, ("cleanup.policy", SUBTRACT, "delete"))["configs"] == {"cleanup.policy": "compact"}
+    assert alter(ctx, ("cleanup.policy", SUBTRACT, "compact"))["error_code"] == Errors.INVALID_CONFIG  # empty policy
+    resp = alter(ctx, ("cleanup.policy", APPEND, "archive"))
+    assert (resp["error_code"], resp["error_message"]) == (
+        Errors.INVALID_CONFIG,
+        "Invalid value compact,archive for configuration cleanup.policy: String must be one of: compact, delete")
+    resp = alter(ctx, ("leader.replication.throttled.replicas", APPEND, "0:1"))
+    assert resp["configs"]["leader.replication.throttled.replicas"] == "0:1"
     resp = alter(ctx, ("retention.ms", APPEND, "5"))
     assert (resp["error_code"], resp["error_message"]) == (
         Errors.INVALID_CONFIG, "Config value append is not allowed for config key: retention.ms")

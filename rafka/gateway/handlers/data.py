@@ -19,6 +19,7 @@ requests are split per owning shard and the answers merged in request order.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import itertools
 import uuid
 from typing import Any
@@ -82,6 +83,11 @@ def _zstd(records: bytes) -> bool:
     return len(records) > 22 and records[16] == 2 and records[22] & 0x07 == CompressionType.ZSTD
 
 
+def _append_time(ms: int) -> datetime.datetime | None:
+    """Produce's log_append_time: the time a LogAppendTime topic stamped the batch, else null (-1)."""
+    return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
 @api(0, 3, 11, "data.produce")
 async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | None:
     acks = req["acks"]
@@ -118,7 +124,7 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
             key = (t["name"], p["index"])
             a = answers.get(key, {"error_code": errors.get(key, Err.UNKNOWN_SERVER_ERROR)})
             prs.append({"index": p["index"], "error_code": a.get("error_code", 0), "base_offset": a.get("base_offset", -1),
-                        "log_append_time": None, "log_start_offset": a.get("log_start_offset", -1),
+                        "log_append_time": _append_time(a.get("log_append_time_ms", -1)), "log_start_offset": a.get("log_start_offset", -1),
                         "record_errors": a.get("record_errors", []), "error_message": a.get("error_message")})
         responses.append({"name": t["name"], "partition_responses": prs})
     return {"responses": responses, "throttle_time": 0}

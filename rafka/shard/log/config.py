@@ -1,11 +1,18 @@
-"""Topic configuration: the supported keys, their defaults and validation.
+"""Topic configuration: every topic config Kafka 4 knows, its default and validation.
 
 How this works: a topic stores only its *overrides* (``{name: str}`` as the
-client sent them, like Kafka's dynamic topic configs). ``LogConfig.from_overrides``
-validates them and fills in defaults, giving typed values the partition log uses
-(segment rolling, retention, the message size limit). ``describe`` lists every
-supported key with its value and ``config_source`` the way DescribeConfigs does.
-Only ``cleanup.policy=delete`` is supported: the log does not compact.
+client sent them, like Kafka's dynamic topic configs). ``CONFIGS`` defines each
+key Kafka's ``LogConfig`` defines, with its DescribeConfigs type, its default as
+Kafka reports it and a parser that checks Kafka's validator. ``LogConfig.from_overrides``
+validates overrides and fills in defaults, giving the typed values the partition log
+uses; a key whose ``attribute`` is ``None`` changes nothing a client can see on a
+single-replica broker (flushing, index sizes, replication throttles, ...) and is
+only stored and described. ``describe`` lists every key the way DescribeConfigs does.
+
+``cleanup.policy=compact`` is accepted with Kafka's rules for what a client can see
+(records need keys; time and size retention do not delete; DeleteRecords is refused)
+but the log is never compacted: every record stays until a delete policy removes it.
+``compression.type`` is stored and described; batches keep the producer's codec.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
 
 # DescribeConfigs config_source values (DescribeConfigsResponse.ConfigSource)
 DYNAMIC_TOPIC_CONFIG = 1
@@ -23,68 +31,177 @@ DEFAULT_CONFIG = 5
 
 SEGMENT_BYTES_MIN = 1024 * 1024  # Kafka 4 (KIP-1030) refuses smaller segments
 
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7  # DescribeConfigs v3+ config_type (ConfigDef.Type)
+
 
 class InvalidConfigError(ValueError):
     """An unknown key or an invalid value (INVALID_CONFIG)."""
 
 
-def _long(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        return _bounded(text, minimum, INT64_MAX)
+def _number(convert: Callable[[str], Any], minimum: float, maximum: float) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text.strip())
+        except (ValueError, AttributeError):
+            raise InvalidConfigError(f"{text!r} is not a number") from None
+        if not minimum <= value <= maximum:
+            raise InvalidConfigError(f"value {value} must be in [{minimum}, {maximum}]")
+        return value
 
     return parse
 
 
-def _int(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        return _bounded(text, minimum, INT32_MAX)
+def _int(minimum: int, maximum: int = INT32_MAX) -> Callable[[str], int]:
+    return _number(int, minimum, maximum)
+
+
+def _long(minimum: int, maximum: int = INT64_MAX) -> Callable[[str], int]:
+    return _number(int, minimum, maximum)
+
+
+def _double(minimum: float, maximum: float) -> Callable[[str], float]:
+    return _number(float, minimum, maximum)
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidConfigError("Expected value to be either true or false")
+    return value == "true"
+
+
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.strip() not in choices:
+            raise InvalidConfigError(f"String must be one of: {', '.join(choices)}")
+        return text.strip()
 
     return parse
 
 
-def _bounded(text: str, minimum: int, maximum: int) -> int:
-    try:
-        value = int(text.strip())
-    except (ValueError, AttributeError):
-        raise InvalidConfigError(f"{text!r} is not a number") from None
-    if not minimum <= value <= maximum:
-        raise InvalidConfigError(f"value {value} must be in [{minimum}, {maximum}]")
-    return value
+def _items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def _cleanup_policy(text: str) -> str:
-    policies = [p.strip() for p in text.split(",") if p.strip()]
-    if policies != ["delete"]:
-        raise InvalidConfigError(f"cleanup.policy {text!r} is not supported; only 'delete' is")
-    return "delete"
+def _cleanup_policy(text: str) -> frozenset[str]:
+    policies = _items(text)
+    if not policies or any(p not in ("compact", "delete") for p in policies):
+        raise InvalidConfigError("String must be one of: compact, delete")
+    return frozenset(policies)
 
 
-# name -> (default as Kafka reports it, parser, attribute)
-CONFIG_DEFS: dict[str, tuple[str, Callable[[str], Any], str]] = {
-    "cleanup.policy": ("delete", _cleanup_policy, "cleanup_policy"),
-    "max.message.bytes": ("1048588", _int(0), "max_message_bytes"),
-    "retention.bytes": ("-1", _long(-(2**63)), "retention_bytes"),
-    "retention.ms": ("604800000", _long(-1), "retention_ms"),
-    "segment.bytes": ("1073741824", _int(SEGMENT_BYTES_MIN), "segment_bytes"),
-    "segment.ms": ("604800000", _long(1), "segment_ms"),
+def _throttled_replicas(text: str) -> str:
+    """``*`` or ``partition:broker,...`` (ThrottledReplicaListValidator)."""
+    items = _items(text)
+    if items == ["*"]:
+        return text
+    for item in items:
+        partition, _, broker = item.partition(":")
+        if not (partition.strip().isdigit() and broker.strip().isdigit()):
+            raise InvalidConfigError("must be the literal '*' or a list of replicas in the following format: "
+                                     "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+    return text
+
+
+def _remote_storage(text: str) -> bool:
+    if _boolean(text):
+        raise InvalidConfigError("Tiered Storage functionality is disabled in the broker. "
+                                 "Topic cannot be configured with remote log storage.")
+    return False
+
+
+def _gzip_level(text: str) -> int:
+    level = _int(-1, 9)(text)
+    if level == 0:
+        raise InvalidConfigError("value 0 must be -1 or in [1, 9]")
+    return level
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    """One topic config: DescribeConfigs type, default (as Kafka reports it), parser, and
+    the ``LogConfig`` field it sets (``None``: stored and described only)."""
+
+    type: int
+    default: str
+    parse: Callable[[str], Any]
+    attribute: str | None = None
+
+
+CONFIGS: dict[str, ConfigDef] = {
+    "cleanup.policy": ConfigDef(LIST, "delete", _cleanup_policy, "cleanup_policy"),
+    "compression.gzip.level": ConfigDef(INT, "-1", _gzip_level),
+    "compression.lz4.level": ConfigDef(INT, "9", _int(1, 17)),
+    "compression.type": ConfigDef(STRING, "producer",
+                                  _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+    "compression.zstd.level": ConfigDef(INT, "3", _int(-131072, 22)),
+    "delete.retention.ms": ConfigDef(LONG, "86400000", _long(0)),
+    "file.delete.delay.ms": ConfigDef(LONG, "60000", _long(0)),
+    "flush.messages": ConfigDef(LONG, str(INT64_MAX), _long(1)),
+    "flush.ms": ConfigDef(LONG, str(INT64_MAX), _long(0)),
+    "follower.replication.throttled.replicas": ConfigDef(LIST, "", _throttled_replicas),
+    "index.interval.bytes": ConfigDef(INT, "4096", _int(0)),
+    "leader.replication.throttled.replicas": ConfigDef(LIST, "", _throttled_replicas),
+    "local.retention.bytes": ConfigDef(LONG, "-2", _long(-2)),
+    "local.retention.ms": ConfigDef(LONG, "-2", _long(-2)),
+    "max.compaction.lag.ms": ConfigDef(LONG, str(INT64_MAX), _long(1), "max_compaction_lag_ms"),
+    "max.message.bytes": ConfigDef(INT, "1048588", _int(0), "max_message_bytes"),
+    "message.timestamp.after.max.ms": ConfigDef(LONG, "3600000", _long(0), "message_timestamp_after_max_ms"),
+    "message.timestamp.before.max.ms": ConfigDef(LONG, str(INT64_MAX), _long(0), "message_timestamp_before_max_ms"),
+    "message.timestamp.type": ConfigDef(STRING, "CreateTime", _one_of("CreateTime", "LogAppendTime"),
+                                        "message_timestamp_type"),
+    "min.cleanable.dirty.ratio": ConfigDef(DOUBLE, "0.5", _double(0, 1)),
+    "min.compaction.lag.ms": ConfigDef(LONG, "0", _long(0), "min_compaction_lag_ms"),
+    "min.insync.replicas": ConfigDef(INT, "1", _int(1), "min_insync_replicas"),
+    "preallocate": ConfigDef(BOOLEAN, "false", _boolean),
+    "remote.log.copy.disable": ConfigDef(BOOLEAN, "false", _boolean),
+    "remote.log.delete.on.disable": ConfigDef(BOOLEAN, "false", _boolean),
+    "remote.storage.enable": ConfigDef(BOOLEAN, "false", _remote_storage),
+    "retention.bytes": ConfigDef(LONG, "-1", _long(INT64_MIN), "retention_bytes"),
+    "retention.ms": ConfigDef(LONG, "604800000", _long(-1), "retention_ms"),
+    "segment.bytes": ConfigDef(INT, "1073741824", _int(SEGMENT_BYTES_MIN), "segment_bytes"),
+    "segment.index.bytes": ConfigDef(INT, "10485760", _int(4)),
+    "segment.jitter.ms": ConfigDef(LONG, "0", _long(0)),
+    "segment.ms": ConfigDef(LONG, "604800000", _long(1), "segment_ms"),
+    "unclean.leader.election.enable": ConfigDef(BOOLEAN, "false", _boolean),
 }
 
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # IncrementalAlterConfigs operations
-INT, LONG, LIST = 3, 5, 7  # DescribeConfigs v3+ config_type, as Kafka's ConfigDef types these
-CONFIG_TYPES = {"cleanup.policy": LIST, "max.message.bytes": INT, "retention.bytes": LONG, "retention.ms": LONG,
-                "segment.bytes": INT, "segment.ms": LONG}
+_UNCHECKED: dict[int, Callable[[str], Any]] = {INT: int, LONG: int}  # validate=False: the type, not the bounds
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    """Typed, defaulted topic configuration (Kafka's LogConfig)."""
+    """Typed, defaulted topic configuration (Kafka's LogConfig): the keys that change
+    what a client sees."""
 
-    cleanup_policy: str = "delete"
+    cleanup_policy: frozenset[str] = frozenset({"delete"})
     max_message_bytes: int = 1048588
     retention_bytes: int = -1  # negative: unlimited
     retention_ms: int = 604800000  # -1: unlimited
     segment_bytes: int = 1073741824
     segment_ms: int = 604800000
+    message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = INT64_MAX
+    message_timestamp_after_max_ms: int = 3600000
+    min_insync_replicas: int = 1
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = INT64_MAX
+
+    @property
+    def compact(self) -> bool:
+        """``cleanup.policy`` includes compact: records need keys."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """``cleanup.policy`` includes delete: retention and DeleteRecords apply."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        """``message.timestamp.type=LogAppendTime``: the broker stamps each batch."""
+        return self.message_timestamp_type == "LogAppendTime"
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, str] | None, *, validate: bool = True) -> LogConfig:
@@ -95,21 +212,27 @@ class LogConfig:
         """
         values: dict[str, Any] = {}
         for name, text in (overrides or {}).items():
-            spec = CONFIG_DEFS.get(name)
+            spec = CONFIGS.get(name)
             if spec is None:
                 if validate:
                     raise InvalidConfigError(f"Unknown topic config name: {name}")
                 continue
             if text is None:
                 raise InvalidConfigError(f"Null value not supported for topic config {name}")
-            if validate:
-                try:
-                    values[spec[2]] = spec[1](text)
-                except InvalidConfigError as exc:
+            try:
+                value = spec.parse(text)
+            except InvalidConfigError as exc:
+                if validate or spec.type not in _UNCHECKED:
                     raise InvalidConfigError(f"Invalid value {text} for configuration {name}: {exc}") from None
-            else:
-                values[spec[2]] = text.strip() if name == "cleanup.policy" else int(text)
-        return cls(**values)
+                value = _UNCHECKED[spec.type](text)
+            if spec.attribute is not None:
+                values[spec.attribute] = value
+        config = cls(**values)
+        if validate and config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+            raise InvalidConfigError(
+                f"conflict topic config setting min.compaction.lag.ms ({config.min_compaction_lag_ms}) > "
+                f"max.compaction.lag.ms ({config.max_compaction_lag_ms})")
+        return config
 
 
 def normalize_overrides(overrides: Mapping[str, str | None] | None) -> dict[str, str]:
@@ -120,25 +243,26 @@ def normalize_overrides(overrides: Mapping[str, str | None] | None) -> dict[str,
 
 
 def describe(overrides: Mapping[str, str], names: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every supported config (or just ``names``) as DescribeConfigs entries.
+    """Every topic config (or just ``names``) as DescribeConfigs entries.
 
     Each entry: ``{name, value, read_only, config_source, is_default, is_sensitive, config_type}``.
     Unknown ``names`` are skipped, as Kafka does.
     """
     out = []
-    for name in sorted(CONFIG_DEFS) if names is None else names:
-        if name not in CONFIG_DEFS:
+    for name in sorted(CONFIGS) if names is None else names:
+        spec = CONFIGS.get(name)
+        if spec is None:
             continue
         overridden = name in overrides
         out.append(
             {
                 "name": name,
-                "value": overrides[name] if overridden else CONFIG_DEFS[name][0],
+                "value": overrides[name] if overridden else spec.default,
                 "read_only": False,
                 "config_source": DYNAMIC_TOPIC_CONFIG if overridden else DEFAULT_CONFIG,
                 "is_default": not overridden,
                 "is_sensitive": False,
-                "config_type": CONFIG_TYPES[name],
+                "config_type": spec.type,
             }
         )
     return out

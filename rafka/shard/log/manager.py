@@ -236,12 +236,12 @@ class LogManager:
                 out.append(_produce_error(topic, partition, Errors.INVALID_REQUEST, "Partition given twice"))
             else:
                 seen.add(key)
-                recs, resp = self._produce_partition(key, p, now_ms)
+                recs, resp = self._produce_partition(key, p, acks, now_ms)
                 records += recs
                 out.append(resp)
         return records, {"partitions": out}
 
-    def _produce_partition(self, key: PartitionKey, p: dict[str, Any], now_ms: int) -> Result:
+    def _produce_partition(self, key: PartitionKey, p: dict[str, Any], acks: int, now_ms: int) -> Result:
         _, topic, partition = key
         tid, incarnation = _topic_id(p), p.get("incarnation", 0)
         if self._stale(key[0], p):
@@ -264,16 +264,23 @@ class LogManager:
                 Errors.INVALID_RECORD,
                 "Produce requests must contain exactly one record batch per partition",
             )
-        plan = log.prepare_append(batches, now_ms, config)
+        if acks == -1 and config.min_insync_replicas > 1:  # one replica: the ISR is this broker alone
+            return [], _produce_error(
+                topic, partition, Errors.NOT_ENOUGH_REPLICAS,
+                f"The size of the current ISR Set(0) is insufficient to satisfy the min.isr requirement of "
+                f"{config.min_insync_replicas} for partition {topic}-{partition}")
+        plan = log.prepare_append(batches, now_ms, config, f"{topic}-{partition}")
         if plan.error:
-            return [], _produce_error(topic, partition, plan.error, plan.message)
+            resp = _produce_error(topic, partition, plan.error, plan.message)
+            resp["record_errors"] = plan.record_errors
+            return [], resp
         ok = {
             "topic": topic,
             "partition": partition,
             "error_code": Errors.NONE,
             "error_message": None,
             "base_offset": plan.base_offset,
-            "log_append_time_ms": -1,
+            "log_append_time_ms": plan.log_append_time_ms,
             "log_start_offset": log.log_start_offset,
             "record_errors": [],
         }
@@ -296,7 +303,7 @@ class LogManager:
 
         Response ``{partitions: [{topic, partition, low_watermark, error_code}]}``;
         an offset past the high watermark is OFFSET_OUT_OF_RANGE, a partition named by a
-        stale cache NOT_LEADER_OR_FOLLOWER. Batches stay, but fetches below the new log
+        stale cache NOT_LEADER_OR_FOLLOWER, one of a compact-only topic POLICY_VIOLATION. Batches stay, but fetches below the new log
         start are refused.
         """
         records: list[Record] = []
@@ -306,6 +313,10 @@ class LogManager:
             log = self.log(*key, topic_id=p.get("topic_id")) or _EMPTY
             offset = log.high_watermark if p["offset"] == -1 else p["offset"]
             stale = self._stale(org_id, p)
+            if not stale and not log.config.delete:
+                out.append({"topic": p["topic"], "partition": p["partition"], "low_watermark": -1,
+                            "error_code": Errors.POLICY_VIOLATION})
+                continue
             if stale or offset < 0 or offset > log.high_watermark:
                 code = Errors.NOT_LEADER_OR_FOLLOWER if stale else Errors.OFFSET_OUT_OF_RANGE
                 out.append({"topic": p["topic"], "partition": p["partition"], "low_watermark": -1, "error_code": code})

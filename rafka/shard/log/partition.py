@@ -30,7 +30,10 @@ How this works (Kafka's UnifiedLog/LocalLog/LogSegment, single replica):
 * Retention (``retention_log_start``) drops whole segments, oldest first: those
   whose newest timestamp is older than ``retention.ms``, then as many as keep
   the log above ``retention.bytes``. Kafka rolls a breaching active segment and
-  deletes it on its next pass; here it is deleted in the same pass.
+  deletes it on its next pass; here it is deleted in the same pass. Only topics
+  whose ``cleanup.policy`` includes delete expire; compaction never runs.
+* ``check_records`` applies the topic config's per-record rules (keys on compacted
+  topics, the timestamp window); a LogAppendTime topic stamps each batch it appends.
 * Timestamp lookups find the first record with timestamp >= target at record
   granularity for uncompressed/gzip batches and at batch granularity (the
   batch's first offset, its max timestamp) for snappy/lz4/zstd ones, which the
@@ -47,6 +50,7 @@ from typing import Any
 from rafka.protocol.records import (
     CONTROL_ABORT,
     MAGIC_V2,
+    NO_TIMESTAMP,
     BatchHeader,
     CompressionType,
     CorruptRecordError,
@@ -56,9 +60,10 @@ from rafka.protocol.records import (
     iter_records,
     parse_header,
     set_base_offset,
+    set_log_append_time,
     validate_batch,
 )
-from rafka.shard.log.config import LogConfig
+from rafka.shard.log.config import INT64_MAX, LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.producers import BatchMetadata, ProducerStateManager
 
@@ -96,6 +101,8 @@ class AppendPlan:
     base_offset: int = -1
     values: list[dict[str, Any]] = field(default_factory=list)
     duplicate: BatchMetadata | None = None
+    record_errors: list[dict[str, Any]] = field(default_factory=list)
+    log_append_time_ms: int = -1
 
 
 class PartitionLog:
@@ -171,21 +178,27 @@ class PartitionLog:
 
     # ----------------------------------------------------------------- append
 
-    def prepare_append(self, batches: list[Any], now_ms: int, config: LogConfig | None = None) -> AppendPlan:
+    def prepare_append(self, batches: list[Any], now_ms: int, config: LogConfig | None = None,
+                       name: str = "") -> AppendPlan:
         """Validate ``batches`` and plan their append (pure); see ``AppendPlan``.
 
-        Each batch passes ``validate_client_batch``, then the producer epoch and
-        sequence checks. Any failure rejects the whole request.
+        Each batch passes ``validate_client_batch`` and ``check_records`` (``name``, the
+        topic partition, goes in its messages), then the producer epoch and sequence
+        checks. Any failure rejects the whole request. A LogAppendTime topic stamps them.
         """
         config = config or self.config
         try:
             headers = [validate_client_batch(batch, config.max_message_bytes) for batch in batches]
+            for batch, header in zip(batches, headers, strict=True):
+                check_records(header, batch, config, now_ms, name)
         except AppendError as exc:
-            return AppendPlan(exc.error, str(exc))
+            return AppendPlan(exc.error, str(exc), record_errors=exc.record_errors)
+        if config.log_append_time:
+            batches = [set_log_append_time(batch, now_ms) for batch in batches]
         producers = self.producers.fork({h.producer_id for h in headers}) if len(headers) > 1 else self.producers
         leo, active = self.log_end_offset, self.segments[-1]
         seg_size, seg_created, seg_empty = active.size, active.created_ms, not active.batches
-        plan = AppendPlan(base_offset=leo)
+        plan = AppendPlan(base_offset=leo, log_append_time_ms=now_ms if config.log_append_time else -1)
         for batch, header in zip(batches, headers, strict=True):
             error, duplicate = producers.check_append(header)
             if error:
@@ -255,8 +268,11 @@ class PartitionLog:
         self.aborted_txns = [t for t in self.aborted_txns if t[2] >= log_start_offset]
 
     def retention_log_start(self, now_ms: int, config: LogConfig | None = None) -> int | None:
-        """The log start retention would move to (pure), or ``None`` if nothing expires."""
+        """The log start retention would move to (pure), or ``None`` if nothing expires
+        (always for a compact-only topic: its cleanup policy does not delete)."""
         config = config or self.config
+        if not config.delete:
+            return None
         segments = [s for s in self.segments if s.batches]
         deleted = 0
         if config.retention_ms >= 0:
@@ -341,9 +357,10 @@ class PartitionLog:
         return -1, -1
 
     def _find_in_batch(self, batch: bytes, timestamp: int, *, exact: bool) -> tuple[int, int]:
-        """First record (at/after log start) with ts == (exact) or >= ``timestamp``."""
+        """First record (at/after log start) with ts == (exact) or >= ``timestamp``; every
+        record of a LogAppendTime batch has the batch's max timestamp."""
         header = parse_header(batch)
-        if header.compression not in (CompressionType.NONE, CompressionType.GZIP):
+        if header.is_log_append_time or header.compression not in (CompressionType.NONE, CompressionType.GZIP):
             return max(header.base_offset, self.log_start_offset), header.max_timestamp
         for record in iter_records(batch):
             if record.offset < self.log_start_offset:
@@ -356,11 +373,13 @@ class PartitionLog:
 
 
 class AppendError(Exception):
-    """A batch the broker refuses, with the Kafka error to answer."""
+    """A batch the broker refuses, with the Kafka error to answer (and, for rules about
+    single records, ``record_errors``: ``[{batch_index, batch_index_error_message}]``)."""
 
-    def __init__(self, error: Errors, message: str) -> None:
+    def __init__(self, error: Errors, message: str, record_errors: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.error = error
+        self.record_errors = record_errors or []
 
 
 def validate_client_batch(batch: Any, max_message_bytes: int) -> BatchHeader:
@@ -393,3 +412,54 @@ def validate_client_batch(batch: Any, max_message_bytes: int) -> BatchHeader:
     if header.is_transactional and not header.has_producer_id:
         raise AppendError(Errors.INVALID_RECORD, "A transactional batch needs a producer id")
     return header
+
+
+def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: int, name: str) -> None:
+    """The topic config's rules for the records of one batch (Kafka's LogValidator); raise
+    ``AppendError`` listing every record that breaks one.
+
+    A compacted topic's records need keys (INVALID_RECORD). With CreateTime, each
+    timestamp must lie in [now - ``message.timestamp.before.max.ms``, now +
+    ``message.timestamp.after.max.ms``] (INVALID_TIMESTAMP); a LogAppendTime topic
+    refuses batches that already claim LogAppendTime. Records of a batch the broker
+    cannot decode (snappy, lz4, zstd) are judged by the header: its first and its max
+    timestamp, and no key check.
+    """
+    create_time = not config.log_append_time
+    low = now_ms - config.message_timestamp_before_max_ms
+    high = now_ms + config.message_timestamp_after_max_ms
+    if not config.compact:
+        if create_time and header.max_timestamp <= high and config.message_timestamp_before_max_ms == INT64_MAX:
+            return  # the common case: nothing to look at inside the batch
+        if not create_time and not header.is_log_append_time:
+            return
+    if not create_time and header.is_log_append_time:
+        raise AppendError(Errors.INVALID_TIMESTAMP, "Invalid timestamp type in message. "
+                                                    "Producer should not set timestamp type to LogAppendTime.")
+    errors: list[tuple[int, str, bool]] = []  # (batch index, message, is a timestamp error)
+
+    def check_timestamp(index: int, offset: int, timestamp: int) -> None:
+        if create_time and timestamp != NO_TIMESTAMP and not low <= timestamp <= high:
+            errors.append((index, f"Timestamp {timestamp} of message with offset {offset} is out of range. "
+                                  f"The timestamp should be within [{low}, {high}]", True))
+
+    if header.compression in (CompressionType.NONE, CompressionType.GZIP):
+        for index, record in enumerate(iter_records(batch)):
+            if config.compact and record.key is None:
+                errors.append((index, f"Compacted topic cannot accept message without key in topic partition "
+                                      f"{name}.", False))
+            check_timestamp(index, record.offset - header.base_offset, record.timestamp)
+    else:
+        check_timestamp(0, 0, header.base_timestamp)
+        if not errors:
+            check_timestamp(0, header.last_offset_delta, header.max_timestamp)
+    if not errors:
+        return
+    record_errors = [{"batch_index": i, "batch_index_error_message": m} for i, m, _ in errors]
+    if any(is_timestamp for _, _, is_timestamp in errors):
+        raise AppendError(Errors.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid timestamp",
+                          record_errors)
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m, _ in errors[:3])
+    raise AppendError(Errors.INVALID_RECORD, f"One or more records have been rejected due to {len(errors)} record "
+                                             f"errors in total, and only showing the first three errors at most: "
+                                             f"[{shown}]", record_errors)

@@ -32,8 +32,9 @@ from typing import Any
 
 from rafka.shard.log.config import (
     APPEND,
-    CONFIG_DEFS,
+    CONFIGS,
     DELETE,
+    LIST,
     SET,
     SUBTRACT,
     InvalidConfigError,
@@ -364,7 +365,7 @@ class TopicCatalog:
 
         ``op = {name, configs: [[key, operation, value]], incremental, validate_only}``;
         operations SET 0, DELETE 1, APPEND 2, SUBTRACT 3 (APPEND/SUBTRACT only for list
-        configs: cleanup.policy). AlterConfigs replaces every override with the given set.
+        configs, e.g. cleanup.policy). AlterConfigs replaces every override with the given set.
         Response ``{error_code, error_message, configs, config_version, partitions}`` (the
         topic's overrides after, and their version). Null values are the gateway's to refuse.
         """
@@ -377,7 +378,7 @@ class TopicCatalog:
             return [], _alter_error(Errors.INVALID_REQUEST, "Error due to duplicate config keys")
         configs = dict(info.configs) if op.get("incremental") else {}
         for key, operation, value in op["configs"]:
-            if key not in CONFIG_DEFS:
+            if key not in CONFIGS:
                 if operation == DELETE:
                     continue  # Kafka: deleting a config the topic cannot have changes nothing
                 return [], _alter_error(Errors.INVALID_CONFIG, f"Unknown topic config name: {key}")
@@ -386,10 +387,10 @@ class TopicCatalog:
             elif operation == DELETE:
                 configs.pop(key, None)
             elif operation in (APPEND, SUBTRACT):
-                if key != "cleanup.policy":
+                if CONFIGS[key].type != LIST:
                     verb = "append" if operation == APPEND else "subtract"
                     return [], _alter_error(Errors.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {key}")
-                current = [v for v in configs.get(key, CONFIG_DEFS[key][0]).split(",") if v]
+                current = [v for v in configs.get(key, CONFIGS[key].default).split(",") if v]
                 given = [v.strip() for v in (value or "").split(",") if v.strip()]
                 kept = current + [v for v in given if v not in current] if operation == APPEND else \
                     [v for v in current if v not in given]

@@ -1,0 +1,130 @@
+"""Topic configs a client can see the effect of, driven by real clients: the configs tools
+create topics with, compacted topics, the timestamp window, LogAppendTime and min.insync.replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+from tests.integration.clients import unique_name as _name
+from tests.integration.conftest import Rafka
+
+pytestmark = pytest.mark.integration
+
+# what Kafka Streams gives a changelog topic, plus what kafka-topics users commonly set
+STREAMS_CHANGELOG = {"cleanup.policy": "compact", "message.timestamp.type": "CreateTime",
+                     "min.compaction.lag.ms": "0", "segment.bytes": "52428800", "min.insync.replicas": "1",
+                     "compression.type": "lz4", "unclean.leader.election.enable": "false"}
+
+
+def _create(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1, config=configs)])[topic].result(15)
+
+
+def _produce(bootstrap: str, topic: str, key: bytes | None, **kw: Any) -> tuple[Any, Any]:
+    """Produce one record; the delivery error (or None) and the delivered message."""
+    conf = {"bootstrap.servers": bootstrap, "message.timeout.ms": 10000, "retries": 0, **kw.pop("conf", {})}
+    p = Producer(conf)
+    out: list[tuple[Any, Any]] = []
+    p.produce(topic, b"value", key=key, partition=0, on_delivery=lambda err, msg: out.append((err, msg)), **kw)
+    p.flush(15)
+    return out[0]
+
+
+def _read(bootstrap: str, topic: str, count: int) -> list[Any]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": _name("g"), "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list[Any] = []
+    deadline = time.monotonic() + 20
+    while len(got) < count and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.append(m)
+    c.close()
+    return got
+
+
+def test_topics_created_with_the_configs_tools_use_describe_them_back(rafka: Rafka) -> None:
+    topic = _name("changelog")
+    _create(rafka.bootstrap, topic, STREAMS_CHANGELOG)
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    [fut] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+    described = {name: entry.value for name, entry in fut.result(15).items()}
+    assert {k: described[k] for k in STREAMS_CHANGELOG} == STREAMS_CHANGELOG
+    assert described["message.timestamp.after.max.ms"] == "3600000"  # Kafka 4's default
+    bad = NewTopic(_name("bad"), num_partitions=1, replication_factor=1, config={"cleanup.policy": "compacted"})
+    with pytest.raises(Exception, match="INVALID_CONFIG"):
+        admin.create_topics([bad])[bad.topic].result(15)
+
+
+def test_compacted_topic_needs_keys(rafka: Rafka) -> None:
+    topic = _name("compact")
+    _create(rafka.bootstrap, topic, {"cleanup.policy": "compact"})
+    err, _ = _produce(rafka.bootstrap, topic, None)
+    assert err is not None and err.code() == KafkaError.INVALID_RECORD, err
+    err, _ = _produce(rafka.bootstrap, topic, None, conf={"compression.type": "gzip"})
+    assert err is not None and err.code() == KafkaError.INVALID_RECORD, err
+    assert _produce(rafka.bootstrap, topic, b"key")[0] is None
+    assert [m.key() for m in _read(rafka.bootstrap, topic, 1)] == [b"key"]
+
+
+def test_timestamps_far_in_the_future_are_refused(rafka: Rafka) -> None:
+    topic = _name("future")
+    _create(rafka.bootstrap, topic, {})
+    now = int(time.time() * 1000)
+    err, _ = _produce(rafka.bootstrap, topic, b"k", timestamp=now + 2 * 3600 * 1000)
+    assert err is not None and err.code() == KafkaError.INVALID_TIMESTAMP, err
+    err, _ = _produce(rafka.bootstrap, topic, b"k", timestamp=now + 2 * 3600 * 1000, conf={"compression.type": "zstd"})
+    assert err is not None and err.code() == KafkaError.INVALID_TIMESTAMP, err
+    assert _produce(rafka.bootstrap, topic, b"k", timestamp=now - 30 * 24 * 3600 * 1000)[0] is None  # old is fine
+
+
+def test_log_append_time_topic_gives_every_client_the_broker_time(rafka: Rafka) -> None:
+    topic = _name("lat")
+    _create(rafka.bootstrap, topic, {"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    err, delivered = _produce(rafka.bootstrap, topic, b"k", timestamp=1000)
+    after = int(time.time() * 1000)
+    assert err is None
+    kind, stamped = delivered.timestamp()
+    assert kind == TIMESTAMP_LOG_APPEND_TIME and before - 1000 <= stamped <= after + 1000, (kind, stamped)
+    [m] = _read(rafka.bootstrap, topic, 1)
+    assert m.timestamp() == (TIMESTAMP_LOG_APPEND_TIME, stamped)
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition as AioTP
+
+    async def aio() -> tuple[int, int]:
+        c = AIOKafkaConsumer(bootstrap_servers=rafka.bootstrap, enable_auto_commit=False)
+        await c.start()
+        try:
+            c.assign([AioTP(topic, 0)])
+            c.seek(AioTP(topic, 0), 0)
+            msg = await asyncio.wait_for(c.getone(), 15)
+            return msg.timestamp_type, msg.timestamp
+        finally:
+            await c.stop()
+
+    assert asyncio.run(aio()) == (1, stamped)  # 1: LogAppendTime
+
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTP
+    kc = KafkaConsumer(bootstrap_servers=rafka.bootstrap, enable_auto_commit=False, consumer_timeout_ms=10000)
+    kc.assign([KpTP(topic, 0)])
+    kc.seek(KpTP(topic, 0), 0)
+    msg = next(iter(kc))
+    kc.close()
+    assert (msg.timestamp_type, msg.timestamp) == (1, stamped)
+
+
+def test_min_insync_replicas_above_the_replica_count_refuses_acks_all(rafka: Rafka) -> None:
+    topic = _name("isr")
+    _create(rafka.bootstrap, topic, {"min.insync.replicas": "2"})
+    err, _ = _produce(rafka.bootstrap, topic, b"k", conf={"acks": "all", "enable.idempotence": False})
+    assert err is not None and err.code() == KafkaError.NOT_ENOUGH_REPLICAS, err
+    assert _produce(rafka.bootstrap, topic, b"k", conf={"acks": 1})[0] is None
