@@ -7,11 +7,13 @@ them, so it rarely needs to look inside one. ``split_batches`` frames a Produce
 one ``struct`` call, ``verify_crc`` checks the CRC-32C that covers everything
 from ``attributes`` to the end of the batch, and ``set_base_offset`` stamps the
 offset the log assigns (``baseOffset`` is outside the CRC, so the checksum stays
-valid). Compressed batches are never decompressed here.
+valid). A produce decompresses a batch only when the topic's configs need its
+records (see ``check_records`` in the partition log).
 
-``build_batch`` and ``iter_records`` encode and decode the records inside an
-uncompressed (or gzip) batch: tests use them to make real batches, and the log
-uses ``iter_records`` to answer timestamp lookups at record granularity.
+``build_batch`` and ``iter_records`` encode and decode the records inside a batch,
+with any of Kafka's codecs (cramjam for snappy, lz4 and zstd): tests use them to make
+real batches, and the log uses ``iter_records`` to answer timestamp lookups at record
+granularity and to check records against the topic's configs.
 
 Layout (DefaultRecordBatch.java)::
 
@@ -25,11 +27,13 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
 
+import cramjam
 from crc32c import crc32c
 
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not count
@@ -293,15 +297,11 @@ def build_batch(
     transactional: bool = False,
     control: bool = False,
 ) -> bytes:
-    """Encode a v2 batch with a correct CRC (for tests and tools; NONE or GZIP only)."""
+    """Encode a v2 batch with a correct CRC (for tests and tools)."""
     if not records:
         raise ValueError("a record batch needs at least one record")
     base_ts = records[0].timestamp
-    body = b"".join(_encode_record(r, i, base_ts) for i, r in enumerate(records))
-    if compression == CompressionType.GZIP:
-        body = gzip.compress(body)
-    elif compression != CompressionType.NONE:
-        raise ValueError(f"build_batch cannot compress with {compression!r}")
+    body = compress(compression, b"".join(_encode_record(r, i, base_ts) for i, r in enumerate(records)))
     attributes = int(compression) | (_TRANSACTIONAL_BIT if transactional else 0)
     attributes |= _CONTROL_BIT if control else 0
     max_ts = max(r.timestamp for r in records)
@@ -325,14 +325,56 @@ def build_batch(
     return bytes(batch)
 
 
+_XERIAL = b"\x82SNAPPY\x00"  # snappy-java's stream header (magic, then version and compat ints)
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """``data`` compressed as a Kafka producer does with ``codec`` (snappy: one raw block, as
+    librdkafka writes; lz4: the frame format; zstd: one frame)."""
+    if codec == CompressionType.NONE:
+        return data
+    if codec == CompressionType.GZIP:
+        return gzip.compress(data)
+    if codec == CompressionType.SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == CompressionType.LZ4:
+        return bytes(cramjam.lz4.compress(data))
+    if codec == CompressionType.ZSTD:
+        return bytes(cramjam.zstd.compress(data))
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def decompress(codec: int, data: bytes | memoryview) -> memoryview:
+    """The records section of a batch compressed with ``codec``; ``CorruptRecordError`` if it
+    does not decompress. Snappy comes raw (librdkafka) or in snappy-java's framing (Java)."""
+    try:
+        if codec == CompressionType.GZIP:
+            return memoryview(gzip.decompress(data))
+        if codec == CompressionType.SNAPPY:
+            if bytes(data[:8]) != _XERIAL:
+                return memoryview(bytes(cramjam.snappy.decompress_raw(data)))
+            blocks, pos = [], 16
+            while pos < len(data):
+                size = struct.unpack_from(">i", data, pos)[0]
+                blocks.append(bytes(cramjam.snappy.decompress_raw(data[pos + 4 : pos + 4 + size])))
+                pos += 4 + size
+            return memoryview(b"".join(blocks))
+        if codec == CompressionType.LZ4:
+            return memoryview(bytes(cramjam.lz4.decompress(data)))
+        if codec == CompressionType.ZSTD:
+            return memoryview(bytes(cramjam.zstd.decompress(data)))
+    except (cramjam.DecompressionError, OSError, EOFError, zlib.error, struct.error) as exc:
+        raise CorruptRecordError(f"records do not decompress with codec {codec}: {exc}") from None
+    raise CorruptRecordError(f"unknown compression codec {codec}")
+
+
 def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[SimpleRecord]:
-    """Decode the records of an uncompressed or gzip batch (others raise ``ValueError``)."""
+    """Decode the records of a batch, decompressing them first (``CorruptRecordError`` if they
+    do not decode)."""
     header = parse_header(batch)
     view = memoryview(batch)[BATCH_HEADER_SIZE : header.size_in_bytes]
-    if header.compression == CompressionType.GZIP:
-        view = memoryview(gzip.decompress(view))
-    elif header.compression != CompressionType.NONE:
-        raise ValueError(f"cannot decode records compressed with codec {header.compression}")
+    if header.compression != CompressionType.NONE:
+        view = decompress(header.compression, view)
     pos = 0
     for _ in range(header.records_count):
         length, pos = _read_varint(view, pos)

@@ -97,7 +97,8 @@ def test_log_append_time_topic_gives_every_client_the_broker_time(rafka: Rafka) 
     [m] = _read(rafka.bootstrap, topic, 1)
     assert m.timestamp() == (TIMESTAMP_LOG_APPEND_TIME, stamped)
 
-    from aiokafka import AIOKafkaConsumer, TopicPartition as AioTP
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as AioTP
 
     async def aio() -> tuple[int, int]:
         c = AIOKafkaConsumer(bootstrap_servers=rafka.bootstrap, enable_auto_commit=False)
@@ -128,3 +129,27 @@ def test_min_insync_replicas_above_the_replica_count_refuses_acks_all(rafka: Raf
     err, _ = _produce(rafka.bootstrap, topic, b"k", conf={"acks": "all", "enable.idempotence": False})
     assert err is not None and err.code() == KafkaError.NOT_ENOUGH_REPLICAS, err
     assert _produce(rafka.bootstrap, topic, b"k", conf={"acks": 1})[0] is None
+
+
+@pytest.mark.parametrize("codec", ["snappy", "lz4", "zstd"])
+def test_records_inside_compressed_batches_are_looked_at(rafka: Rafka, codec: str) -> None:
+    """librdkafka's snappy, lz4 and zstd batches decode: a compacted topic finds a missing key
+    in the middle of one, and a timestamp lookup lands on the record, not the batch."""
+    from confluent_kafka.admin import OffsetSpec
+
+    compact, plain = _name("compact"), _name("plain")
+    _create(rafka.bootstrap, compact, {"cleanup.policy": "compact"})
+    _create(rafka.bootstrap, plain, {})
+    base = int(time.time() * 1000) - 60_000
+    errors: list[Any] = []
+    p = Producer({"bootstrap.servers": rafka.bootstrap, "compression.type": codec, "linger.ms": 100, "retries": 0})
+    for i in range(20):  # one batch each: linger gathers them
+        p.produce(compact, b"x" * 50, key=None if i == 13 else b"k%d" % i, partition=0,
+                  on_delivery=lambda err, _m: errors.append(err))
+        p.produce(plain, b"x" * 50, key=b"k", partition=0, timestamp=base + i * 1000)
+    p.flush(15)
+    assert errors and all(e is not None and e.code() == KafkaError.INVALID_RECORD for e in errors), errors
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    tp = TopicPartition(plain, 0)
+    assert admin.list_offsets({tp: OffsetSpec.for_timestamp(base + 12_500)})[tp].result(10).offset == 13
+    assert admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(10).offset == 20

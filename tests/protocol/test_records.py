@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import cramjam
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from rafka.protocol.records import (
     SimpleRecord,
     build_batch,
     compute_crc,
+    decompress,
     increment_sequence,
     iter_records,
     parse_header,
@@ -124,6 +126,33 @@ def test_gzip_batch_is_decodable_and_smaller() -> None:
     gz = build_batch(recs, compression=CompressionType.GZIP)
     assert len(gz) < len(build_batch(recs)) and verify_crc(gz)
     assert [r.value for r in iter_records(gz)] == [b"x" * 500] * 10
+
+
+@pytest.mark.parametrize("codec", list(CompressionType))
+def test_every_codec_round_trips(codec: CompressionType) -> None:
+    recs = [SimpleRecord(b"key%d" % i, b"x" * 300, 5 + i, (("h", b"v"),)) for i in range(10)]
+    batch = build_batch(recs, compression=codec)
+    assert parse_header(batch).compression == codec and verify_crc(batch)
+    assert [(r.key, r.value, r.timestamp, r.headers) for r in iter_records(batch)] == [
+        (r.key, r.value, r.timestamp, r.headers) for r in recs]
+
+
+def test_snappy_in_snappy_java_framing_decodes() -> None:
+    """Java producers frame snappy blocks (magic, version, compat, then length-prefixed blocks)."""
+    raw = build_batch([SimpleRecord(b"k", b"v" * 100, 7), SimpleRecord(None, b"w", 8)])
+    body = raw[BATCH_HEADER_SIZE:]
+    half = len(body) // 2
+    framed = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + b"".join(
+        struct.pack(">i", len(block)) + block
+        for block in (bytes(cramjam.snappy.compress_raw(part)) for part in (body[:half], body[half:])))
+    assert bytes(decompress(CompressionType.SNAPPY, framed)) == body
+
+
+@pytest.mark.parametrize("codec", [CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4,
+                                   CompressionType.ZSTD, 5])
+def test_records_that_do_not_decompress_are_corrupt(codec: int) -> None:
+    with pytest.raises(CorruptRecordError):
+        decompress(codec, b"\x82SNAPPY\x00 certainly not compressed")
 
 
 @settings(max_examples=150)

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from crc32c import crc32c
 
 from rafka.ids import log_partition
 from rafka.protocol.records import CompressionType, SimpleRecord, build_batch, parse_header, split_batches
@@ -482,11 +483,20 @@ def test_timestamp_window_from_topic_configs(ctx: Ctx) -> None:
     assert ctx.put(keyed(b"a", ts=now - 101), now_ms=now, configs=window)["error_code"] == Errors.INVALID_TIMESTAMP
     assert ctx.put(keyed(b"a", ts=now + 1), now_ms=now, configs=window)["error_code"] == Errors.INVALID_TIMESTAMP
     assert ctx.put(keyed(b"a", ts=now - 100), now_ms=now, configs=window)["error_code"] == Errors.NONE
-    # a codec the broker does not decode is judged by the batch header's first and max timestamps
-    lz4 = bytearray(keyed(b"a", ts=now + 5))
-    lz4[22] |= CompressionType.LZ4
-    struct.pack_into(">I", lz4, 17, __import__("crc32c").crc32c(bytes(lz4[21:])))
-    assert ctx.put(bytes(lz4), now_ms=now, configs=window)["error_code"] == Errors.INVALID_TIMESTAMP
+    for codec in (CompressionType.SNAPPY, CompressionType.LZ4, CompressionType.ZSTD):  # records looked at inside
+        resp = ctx.put(keyed(b"a", b"b", b"c", ts=now - 1, compression=codec), now_ms=now, configs=window)
+        assert resp["error_code"] == Errors.INVALID_TIMESTAMP and resp["record_errors"][0]["batch_index"] == 2
+        resp = ctx.put(keyed(None, compression=codec), configs={"cleanup.policy": "compact"})
+        assert resp["error_code"] == Errors.INVALID_RECORD
+
+
+def test_records_that_do_not_decompress_are_corrupt_when_they_must_be_read(ctx: Ctx) -> None:
+    garbage = bytearray(keyed(None, ts=1000))
+    garbage[22] |= CompressionType.ZSTD  # the records are not zstd: the CRC is right, the payload is not
+    struct.pack_into(">I", garbage, 17, crc32c(bytes(garbage[21:])))
+    assert ctx.put(bytes(garbage), configs={"cleanup.policy": "compact"})["error_code"] == Errors.CORRUPT_MESSAGE
+    assert ctx.put(bytes(garbage))["error_code"] == Errors.NONE, "default configs: the broker does not look inside"
+    assert ctx.offsets(500) == (0, 1000), "a lookup falls back to the batch header"
 
 
 def test_log_append_time_topic_stamps_batches(ctx: Ctx) -> None:

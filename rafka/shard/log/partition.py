@@ -34,10 +34,8 @@ How this works (Kafka's UnifiedLog/LocalLog/LogSegment, single replica):
   whose ``cleanup.policy`` includes delete expire; compaction never runs.
 * ``check_records`` applies the topic config's per-record rules (keys on compacted
   topics, the timestamp window); a LogAppendTime topic stamps each batch it appends.
-* Timestamp lookups find the first record with timestamp >= target at record
-  granularity for uncompressed/gzip batches and at batch granularity (the
-  batch's first offset, its max timestamp) for snappy/lz4/zstd ones, which the
-  broker cannot decode.
+* Timestamp lookups find the first record with timestamp >= target, decoding
+  the batch that holds it whatever its codec.
 """
 
 from __future__ import annotations
@@ -52,7 +50,6 @@ from rafka.protocol.records import (
     MAGIC_V2,
     NO_TIMESTAMP,
     BatchHeader,
-    CompressionType,
     CorruptRecordError,
     InvalidRecordError,
     build_control_batch,
@@ -360,9 +357,13 @@ class PartitionLog:
         """First record (at/after log start) with ts == (exact) or >= ``timestamp``; every
         record of a LogAppendTime batch has the batch's max timestamp."""
         header = parse_header(batch)
-        if header.is_log_append_time or header.compression not in (CompressionType.NONE, CompressionType.GZIP):
+        if header.is_log_append_time:
             return max(header.base_offset, self.log_start_offset), header.max_timestamp
-        for record in iter_records(batch):
+        try:
+            records = list(iter_records(batch))
+        except (ValueError, IndexError):  # stored before records were checked: judge by the header
+            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+        for record in records:
             if record.offset < self.log_start_offset:
                 continue
             if record.timestamp == timestamp or (not exact and record.timestamp >= timestamp):
@@ -421,9 +422,9 @@ def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: in
     A compacted topic's records need keys (INVALID_RECORD). With CreateTime, each
     timestamp must lie in [now - ``message.timestamp.before.max.ms``, now +
     ``message.timestamp.after.max.ms``] (INVALID_TIMESTAMP); a LogAppendTime topic
-    refuses batches that already claim LogAppendTime. Records of a batch the broker
-    cannot decode (snappy, lz4, zstd) are judged by the header: its first and its max
-    timestamp, and no key check.
+    refuses batches that already claim LogAppendTime. The records are decoded only when
+    a rule needs them: with the default configs, when the header's max timestamp is
+    out of the window. Records that do not decode are CORRUPT_MESSAGE.
     """
     create_time = not config.log_append_time
     low = now_ms - config.message_timestamp_before_max_ms
@@ -440,19 +441,17 @@ def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: in
 
     def check_timestamp(index: int, offset: int, timestamp: int) -> None:
         if create_time and timestamp != NO_TIMESTAMP and not low <= timestamp <= high:
-            errors.append((index, f"Timestamp {timestamp} of message with offset {offset} is out of range. "
-                                  f"The timestamp should be within [{low}, {high}]", True))
+            errors.append((index, (f"Timestamp {timestamp} of message with offset {offset} is out of range. "
+                                  f"The timestamp should be within [{low}, {high}]"), True))
 
-    if header.compression in (CompressionType.NONE, CompressionType.GZIP):
+    try:
         for index, record in enumerate(iter_records(batch)):
             if config.compact and record.key is None:
-                errors.append((index, f"Compacted topic cannot accept message without key in topic partition "
-                                      f"{name}.", False))
+                errors.append((index, (f"Compacted topic cannot accept message without key in topic partition "
+                                       f"{name}."), False))
             check_timestamp(index, record.offset - header.base_offset, record.timestamp)
-    else:
-        check_timestamp(0, 0, header.base_timestamp)
-        if not errors:
-            check_timestamp(0, header.last_offset_delta, header.max_timestamp)
+    except (ValueError, IndexError) as exc:  # CorruptRecordError is a ValueError
+        raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name} does not decode: {exc}") from None
     if not errors:
         return
     record_errors = [{"batch_index": i, "batch_index_error_message": m} for i, m, _ in errors]
