@@ -101,6 +101,25 @@ def test_commit_leave_rejoin_resumes_from_committed_offsets(rafka: Rafka) -> Non
         c2.close()
 
 
+def test_commits_to_partitions_that_do_not_exist_are_refused(rafka: Rafka) -> None:
+    """Kafka checks committed partitions against its metadata: UNKNOWN_TOPIC_OR_PARTITION for a
+    topic or partition that does not exist, while the partitions that do exist are stored."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    topic, group = _name("t"), _name("g")
+    create_topic(rafka.bootstrap, topic, 2)
+    c = consumer(rafka.bootstrap, group)
+    try:
+        with pytest.raises(KafkaException) as refused:
+            c.commit(offsets=[TopicPartition(topic, 0, 5), TopicPartition(topic, 2, 1),
+                              TopicPartition(_name("missing"), 0, 3)], asynchronous=False)
+        assert refused.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        got = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 2)], timeout=10)
+        assert [(p.partition, p.offset) for p in got] == [(0, 5), (2, -1001)]
+    finally:
+        c.close()
+
+
 def test_mixed_client_group(rafka: Rafka) -> None:
     from kafka import KafkaConsumer
 

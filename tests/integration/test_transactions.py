@@ -365,3 +365,21 @@ def test_a_transactional_write_outside_the_producers_transaction_is_refused(brok
         assert ended["error_code"] == 0
         assert produce(0) == 48, "a write after the abort"
         assert end() == [2, 0], "the data and the abort marker on partition 0; nothing on partition 1"
+
+
+def test_txn_offset_commit_to_partitions_that_do_not_exist(broker: Rafka) -> None:
+    """TxnOffsetCommit, like OffsetCommit, answers UNKNOWN_TOPIC_OR_PARTITION for partitions
+    that do not exist (Kafka checks them against its metadata before the coordinator)."""
+    src, _dst, group, tid = _names()
+    create_topic(broker.bootstrap, src, 1)
+    request = {"transactional_id": tid, "group_id": group, "producer_id": 1, "producer_epoch": 0,
+               "generation_id": -1, "member_id": "", "group_instance_id": None,
+               "topics": [{"name": src, "partitions": [{"partition_index": 3, "committed_offset": 1,
+                                                        "committed_leader_epoch": -1, "committed_metadata": ""}]},
+                          {"name": src + "-missing", "partitions": [
+                              {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                               "committed_metadata": ""}]}]}
+    with RawClient("127.0.0.1", broker.port) as c:
+        resp = c.request(28, 3, request)
+    assert sorted((t["name"], p["partition_index"], p["error_code"]) for t in resp["topics"] for p in t["partitions"]) \
+        == [(src, 3, 3), (src + "-missing", 0, 3)]

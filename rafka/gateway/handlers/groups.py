@@ -20,7 +20,7 @@ from typing import Any
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.consumer_groups import resolve_topics
 from rafka.gateway.handlers.errors import Err, coordinator_error
-from rafka.gateway.handlers.topics import group_call
+from rafka.gateway.handlers.topics import group_call, known_partitions
 from rafka.rail import Op
 
 
@@ -84,11 +84,18 @@ async def leave_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any
 
 @api(8, 2, 9, "group.offset-commit")
 async def offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    topics, unknown = await known_partitions(ctx, req["topics"])
+    if not topics:
+        return {"topics": unknown}  # Kafka answers without asking the coordinator
+    if unknown:
+        req = {**req, "topics": topics}
     resp, err = await _call_or_error(ctx, Op.OFFSET_COMMIT, req["group_id"], req)
-    if resp is not None:
-        return resp
-    return {"topics": [{"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": err}
-                                                          for p in t["partitions"]]} for t in req["topics"]]}
+    if resp is None:
+        resp = {"topics": [{"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"], "error_code": err} for p in t["partitions"]]} for t in topics]}
+    if unknown:
+        resp["topics"] = unknown + resp["topics"]
+    return resp
 
 
 async def _fetch_one_group(ctx: RequestContext, group: dict[str, Any], require_stable: bool) -> dict[str, Any]:

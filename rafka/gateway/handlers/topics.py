@@ -171,6 +171,31 @@ class TopicCache:
             self._by_id[(org_id, t["topic_id"])] = entry
 
 
+async def known_partitions(ctx: RequestContext, topics: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Split an (Txn)OffsetCommit's ``topics`` into the partitions that exist and, in response
+    form, UNKNOWN_TOPIC_OR_PARTITION for the rest, as Kafka checks commits against its metadata.
+    While the catalogue cannot answer, every partition goes ahead unchecked."""
+    try:
+        infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in topics], False)
+    except Exception:
+        return topics, []
+    known: list[dict[str, Any]] = []
+    unknown: list[dict[str, Any]] = []
+    for t in topics:
+        info = infos.get(t["name"])
+        count = info["partitions"] if info is not None else 0
+        exists = [0 <= p["partition_index"] < count for p in t["partitions"]]
+        if all(exists):
+            known.append(t)
+            continue
+        if any(exists):
+            known.append({**t, "partitions": [p for p, ok in zip(t["partitions"], exists) if ok]})
+        unknown.append({"name": t["name"], "partitions": [
+            {"partition_index": p["partition_index"], "error_code": Err.UNKNOWN_TOPIC_OR_PARTITION}
+            for p, ok in zip(t["partitions"], exists) if not ok]})
+    return known, unknown
+
+
 def topic_cache(ctx: RequestContext) -> TopicCache:
     gw = ctx.gateway
     cache = getattr(gw, "topic_cache", None)

@@ -24,7 +24,7 @@ from typing import Any
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, coordinator_error
-from rafka.gateway.handlers.topics import group_call, topic_cache
+from rafka.gateway.handlers.topics import group_call, known_partitions, topic_cache
 from rafka.gateway.txn import complete_transaction
 from rafka.rail import Op
 
@@ -118,8 +118,12 @@ async def end_txn(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 @api(28, 0, 3, "txn.offset-commit")
 async def txn_offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     router = ctx.gateway.router
+    topics, unknown = await known_partitions(ctx, req["topics"])
+    if not topics:
+        return {"throttle_time": 0, "topics": unknown}
     payload = {k: req.get(k) for k in ("transactional_id", "group_id", "producer_id", "producer_epoch",
-                                       "generation_id", "member_id", "group_instance_id", "topics")}
+                                       "generation_id", "member_id", "group_instance_id")}
+    payload["topics"] = topics
     if payload["generation_id"] is None:
         payload["generation_id"] = -1
     try:
@@ -129,8 +133,8 @@ async def txn_offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[st
         err = coordinator_error(exc)
         resp = {"topics": [{"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"], "error_code": err} for p in t["partitions"]]}
-            for t in req["topics"]]}
-    return {"throttle_time": 0, **resp}
+            for t in topics]}
+    return {"throttle_time": 0, **resp, "topics": unknown + resp["topics"]}
 
 
 @api(65, 0, 0, "txn.describe")
