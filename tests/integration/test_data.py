@@ -185,6 +185,21 @@ def test_corrupt_batch_is_refused_and_nothing_is_stored(rafka: Rafka) -> None:
         assert ok["responses"][0]["partition_responses"][0]["error_code"] == 0
 
 
+def test_produce_never_creates_a_topic(rafka: Rafka) -> None:
+    """Kafka creates topics on Metadata (allow_auto_topic_creation), never on Produce."""
+    from rafka.protocol.records import SimpleRecord, build_batch
+
+    topic = _name("t")
+    batch = build_batch([SimpleRecord(b"k", b"v", int(time.time() * 1000), [])])
+    with RawClient("127.0.0.1", rafka.port) as c:
+        resp = c.request(0, 9, {"transactional_id": None, "acks": -1, "timeout": 5000,
+                                "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+        assert resp["responses"][0]["partition_responses"][0]["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+        md = c.request(3, 12, {"topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False})
+        assert md["topics"][0]["error_code"] == 3, "the produce left no topic behind"
+
+
 def test_unknown_topic_or_partition(rafka: Rafka) -> None:
     topic = _name("t")
     create_topic(rafka.bootstrap, topic, 1)

@@ -94,7 +94,7 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
     names = [t["name"] for t in req["topic_data"]]
     errors: dict[tuple[str, int], int] = {}
     parts: list[dict[str, Any]] = []
-    infos, missing = await _topics(ctx, names, ctx.gateway.config.auto_create_topics)
+    infos, missing = await _topics(ctx, names, False)  # Kafka creates topics on Metadata, never on Produce
     for t in req["topic_data"]:
         info = infos.get(t["name"])
         for p in t["partition_data"]:
