@@ -163,3 +163,32 @@ def test_sigterm_stops_everything_within_ten_seconds(fresh_rafka: Rafka) -> None
     code = fresh_rafka.stop()
     assert code == 0
     assert time.monotonic() - start < 10
+
+
+def test_authorized_operations_when_asked_for(rafka: Rafka) -> None:
+    """Without ACLs a client may do everything in its organisation: asked for its authorized
+    operations, it gets every operation Kafka's ACLs support on the resource, as from a Kafka
+    without an authorizer; not asked, none (null)."""
+    from confluent_kafka import Consumer, TopicCollection, TopicPartition
+    from confluent_kafka.admin import AclOperation as Op
+    from confluent_kafka.admin import AdminClient
+
+    from tests.integration.clients import create_topic
+    from tests.integration.clients import unique_name as _name
+
+    topic, group = _name("t"), _name("g")
+    create_topic(rafka.bootstrap, topic, 1)
+    c = Consumer({"bootstrap.servers": rafka.bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+    c.close()
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(10)
+    assert set(cluster.authorized_operations) == {Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
+                                                  Op.IDEMPOTENT_WRITE, Op.ALTER, Op.DESCRIBE}
+    described = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic].result(10)
+    assert set(described.authorized_operations) == {Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER,
+                                                    Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}
+    g = admin.describe_consumer_groups([group], include_authorized_operations=True)[group].result(10)
+    assert set(g.authorized_operations) == {Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}
+    assert admin.describe_consumer_groups([group])[group].result(10).authorized_operations is None
+    assert admin.describe_cluster().result(10).authorized_operations is None

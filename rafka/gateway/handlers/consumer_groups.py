@@ -21,6 +21,7 @@ import uuid
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
+from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.errors import Err, coordinator_error
 from rafka.gateway.handlers.topics import catalog_call, topic_cache
 from rafka.rail import Op
@@ -152,12 +153,15 @@ async def consumer_group_describe(ctx: RequestContext, req: dict[str, Any]) -> d
         except Exception as exc:
             return {"error_code": coordinator_error(exc) or Err.UNKNOWN_SERVER_ERROR, "group_id": group_id,
                     "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
-                    "members": [], "authorized_operations": -2147483648}
+                    "members": [], "authorized_operations": acl.OMITTED}
+        if not resp.get("error_code"):
+            resp["authorized_operations"] = operations
         for m in resp.get("members", []):
             for key in ("assignment", "target_assignment"):
                 for tp in m[key]["topic_partitions"]:
                     tp["topic_id"] = uuid.UUID(tp["topic_id"])
         return resp
 
+    operations = acl.authorized(req.get("include_authorized_operations"), acl.GROUP)
     groups = await asyncio.gather(*(one(g) for g in req["group_ids"]))
     return {"throttle_time": 0, "groups": list(groups)}

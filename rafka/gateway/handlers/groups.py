@@ -18,6 +18,7 @@ import asyncio
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
+from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.consumer_groups import resolve_topics
 from rafka.gateway.handlers.errors import Err, coordinator_error
 from rafka.gateway.handlers.topics import group_call, known_partitions
@@ -129,8 +130,12 @@ async def describe_groups(ctx: RequestContext, req: dict[str, Any]) -> dict[str,
         resp, err = await _call_or_error(ctx, Op.DESCRIBE_GROUP, group_id, {"group_id": group_id})
         if resp is None:
             return {"error_code": err, "group_id": group_id, "group_state": "", "protocol_type": "",
-                    "protocol_data": "", "members": [], "authorized_operations": -2147483648}
+                    "protocol_data": "", "members": [], "authorized_operations": acl.OMITTED}
+        if not resp.get("error_code"):
+            resp["authorized_operations"] = operations
         return resp
+
+    operations = acl.authorized(req.get("include_authorized_operations"), acl.GROUP)
 
     groups = await asyncio.gather(*(one(g) for g in req["groups"]))
     return {"throttle_time": 0, "groups": list(groups)}

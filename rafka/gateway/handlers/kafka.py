@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
+from rafka.gateway.handlers import acl
 
 CLUSTER_ID = "rafka-cluster"
 
@@ -47,4 +48,5 @@ async def find_coordinator(ctx: RequestContext, req: dict[str, Any]) -> dict[str
 async def describe_cluster(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
             "cluster_id": CLUSTER_ID, "controller_id": ctx.gateway.node_id, "brokers": [broker(ctx)],
-            "cluster_authorized_operations": -2147483648}
+            "cluster_authorized_operations": acl.authorized(req.get("include_cluster_authorized_operations"),
+                                                            acl.CLUSTER)}

@@ -26,6 +26,7 @@ from collections import Counter
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
+from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.errors import Err, coordinator_error
 from rafka.gateway.handlers.kafka import CLUSTER_ID, broker
 from rafka.gateway.router import ShardUnavailable
@@ -48,7 +49,7 @@ def catalog_call(ctx: RequestContext, op: Op, payload: dict[str, Any]) -> asynci
     return router.call(router.shard_for_catalog(ctx.org_id), op, ctx.org_id, payload, ctx.trace)
 
 
-def _topic_entry(ctx: RequestContext, t: dict[str, Any]) -> dict[str, Any]:
+def _topic_entry(ctx: RequestContext, t: dict[str, Any], operations: int = acl.OMITTED) -> dict[str, Any]:
     node = ctx.gateway.node_id
     topic_id = t.get("topic_id")
     return {
@@ -59,7 +60,7 @@ def _topic_entry(ctx: RequestContext, t: dict[str, Any]) -> dict[str, Any]:
         "partitions": [{"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": 0,
                         "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
                        for p in range(t.get("partitions", 0))],
-        "topic_authorized_operations": -2147483648,
+        "topic_authorized_operations": operations if not t.get("error_code") else acl.OMITTED,
     }
 
 
@@ -77,19 +78,20 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     auto_create = bool(req.get("allow_auto_topic_creation", True)) and ctx.gateway.config.auto_create_topics
     payload = {"names": names, "auto_create": auto_create and names is not None,
                "default_partitions": ctx.gateway.config.default_partitions}
+    operations = acl.authorized(req.get("include_topic_authorized_operations"), acl.TOPIC)
     try:
         topics = []
         if names is None or names:
             resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
-            topics = [_topic_entry(ctx, t) for t in resp["topics"]]
+            topics = [_topic_entry(ctx, t, operations) for t in resp["topics"]]
         for topic_id in by_id:
             found = await topic_cache(ctx).by_id(ctx, str(topic_id))
             if found is None:
                 topics.append({"error_code": Err.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
                                "partitions": [], "is_internal": False,
-                               "topic_authorized_operations": -2147483648})
+                               "topic_authorized_operations": acl.OMITTED})
             else:
-                topics.append(_topic_entry(ctx, found))
+                topics.append(_topic_entry(ctx, found, operations))
     except Exception as exc:
         log.warning("metadata: topic catalogue unavailable: %r", exc)
         code = Err.LEADER_NOT_AVAILABLE if coordinator_error(exc) else Err.UNKNOWN_SERVER_ERROR
@@ -97,7 +99,8 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
                   for n in (names or [])]
     return {"throttle_time": 0, "brokers": [broker(ctx)], "cluster_id": CLUSTER_ID,
             "controller_id": ctx.gateway.node_id, "topics": topics,
-            "cluster_authorized_operations": -2147483648}
+            "cluster_authorized_operations": acl.authorized(req.get("include_cluster_authorized_operations"),
+                                                            acl.CLUSTER)}
 
 
 class TopicCache:
