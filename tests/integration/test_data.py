@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from crc32c import crc32c
 
 from tests.integration.clients import create_topic
 from tests.integration.clients import unique_name as _name
@@ -177,6 +178,12 @@ def test_corrupt_batch_is_refused_and_nothing_is_stored(rafka: Rafka) -> None:
                 "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": bytes(bad)}]}]}
         resp = c.request(0, 9, body)
         assert resp["responses"][0]["partition_responses"][0]["error_code"] == 2  # CORRUPT_MESSAGE
+        garbage = bytearray(good)
+        garbage[22] |= 4  # says zstd, but the records are not: the CRC is right, the payload is not
+        struct.pack_into(">I", garbage, 17, crc32c(bytes(garbage[21:])))
+        body["topic_data"][0]["partition_data"][0]["records"] = bytes(garbage)
+        resp = c.request(0, 9, body)
+        assert resp["responses"][0]["partition_responses"][0]["error_code"] == 2
         lo = c.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
         assert lo["topics"][0]["partitions"][0]["offset"] == 0

@@ -495,8 +495,8 @@ def test_records_that_do_not_decompress_are_corrupt_when_they_must_be_read(ctx: 
     garbage[22] |= CompressionType.ZSTD  # the records are not zstd: the CRC is right, the payload is not
     struct.pack_into(">I", garbage, 17, crc32c(bytes(garbage[21:])))
     assert ctx.put(bytes(garbage), configs={"cleanup.policy": "compact"})["error_code"] == Errors.CORRUPT_MESSAGE
-    assert ctx.put(bytes(garbage))["error_code"] == Errors.NONE, "default configs: the broker does not look inside"
-    assert ctx.offsets(500) == (0, 1000), "a lookup falls back to the batch header"
+    assert ctx.put(bytes(garbage))["error_code"] == Errors.CORRUPT_MESSAGE, "decompressed even when not read"
+    assert ctx.records == []
 
 
 def test_log_append_time_topic_stamps_batches(ctx: Ctx) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import pytest
+
 from rafka.protocol.records import CompressionType, SimpleRecord, build_batch, parse_header
 from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
@@ -121,18 +123,25 @@ def test_list_offsets_by_timestamp_record_granularity() -> None:
     assert log.list_offset(0) == (2, 20)
 
 
-def test_list_offsets_batch_granularity_for_undecodable_codecs() -> None:
+@pytest.mark.parametrize("codec", [CompressionType.SNAPPY, CompressionType.LZ4, CompressionType.ZSTD])
+def test_list_offsets_finds_the_record_inside_compressed_batches(codec: CompressionType) -> None:
+    log = PartitionLog()
+    append(log, batch(3, ts=100))
+    append(log, build_batch([SimpleRecord(None, b"x", 200 + 10 * i) for i in range(4)], compression=codec))
+    assert log.list_offset(215) == (5, 220) and log.list_offset(-3) == (6, 230)
+
+
+def test_list_offsets_judges_a_stored_batch_that_does_not_decode_by_its_header() -> None:
+    """Batches appended before records were checked may not decode: the lookup answers the
+    batch's first offset and max timestamp rather than failing."""
     log = PartitionLog()
     append(log, batch(3, ts=100))
     raw = bytearray(batch(4, ts=200))
-    struct.pack_into(">h", raw, 21, int(CompressionType.ZSTD))  # codec the broker cannot decode
+    struct.pack_into(">h", raw, 21, int(CompressionType.ZSTD))  # the records are not zstd
+    struct.pack_into(">q", raw, 0, 3)  # follows the first batch
     raw[17:21] = struct.pack(">I", __import__("crc32c").crc32c(bytes(raw[21:])))
-    append(log, bytes(raw))
-    assert log.list_offset(150) == (3, 203)  # the batch's first offset and its max timestamp
-    assert log.list_offset(-3) == (3, 203)
-    gz = build_batch([SimpleRecord(None, b"x", 300), SimpleRecord(None, b"y", 400)], compression=CompressionType.GZIP)
-    append(log, gz)
-    assert log.list_offset(350) == (8, 400)
+    log.apply_batch({"batch": bytes(raw), "append_ms": 0})
+    assert log.list_offset(150) == (3, 203) and log.list_offset(-3) == (3, 203)
 
 
 def test_time_retention_deletes_whole_expired_segments() -> None:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rafka.protocol.records import (
+    BATCH_HEADER_SIZE,
     CONTROL_ABORT,
     MAGIC_V2,
     NO_TIMESTAMP,
@@ -54,6 +55,7 @@ from rafka.protocol.records import (
     InvalidRecordError,
     build_control_batch,
     control_type,
+    decompress,
     iter_records,
     parse_header,
     set_base_offset,
@@ -424,16 +426,22 @@ def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: in
     ``message.timestamp.after.max.ms``] (INVALID_TIMESTAMP); a LogAppendTime topic
     refuses batches that already claim LogAppendTime. The records are decoded only when
     a rule needs them: with the default configs, when the header's max timestamp is
-    out of the window. Records that do not decode are CORRUPT_MESSAGE.
+    out of the window; otherwise a compressed batch is only decompressed, so garbage
+    that a CRC covers never reaches a consumer. Records that do not decode are
+    CORRUPT_MESSAGE.
     """
     create_time = not config.log_append_time
     low = now_ms - config.message_timestamp_before_max_ms
     high = now_ms + config.message_timestamp_after_max_ms
-    if not config.compact:
-        if create_time and header.max_timestamp <= high and config.message_timestamp_before_max_ms == INT64_MAX:
-            return  # the common case: nothing to look at inside the batch
-        if not create_time and not header.is_log_append_time:
-            return
+    if not config.compact and (
+            (create_time and header.max_timestamp <= high and config.message_timestamp_before_max_ms == INT64_MAX)
+            or (not create_time and not header.is_log_append_time)):
+        if header.compression:  # the common case: only check that the records decompress
+            try:
+                decompress(header.compression, memoryview(batch)[BATCH_HEADER_SIZE:])
+            except CorruptRecordError as exc:
+                raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: {exc}") from None
+        return
     if not create_time and header.is_log_append_time:
         raise AppendError(Errors.INVALID_TIMESTAMP, "Invalid timestamp type in message. "
                                                     "Producer should not set timestamp type to LogAppendTime.")
