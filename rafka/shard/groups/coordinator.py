@@ -48,11 +48,12 @@ class GroupCoordinator(AdminMixin):
                 return
             if type(value) is dict:  # the value format before packed entries
                 value = pack_entry(value["offset"], value["leader_epoch"], value["metadata"] or "", value["commit_ts"])
-            if (org_id, group_id) not in self.groups and not (
+            group_key = (org_id, group_id)
+            if group_key not in self.groups and not (
                     self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id)):
                 # offsets never exist without a group; tolerate a log that lacks its record
-                self.groups[(org_id, group_id)] = ClassicGroup(org_id, group_id, "", state_ts=entry_commit_ts(value))
-            self.offsets.put(org_id, group_id, topic, partition, value)
+                self.groups[group_key] = ClassicGroup(org_id, group_id, "", state_ts=entry_commit_ts(value))
+            self.offsets.put(group_key, topic, partition, value)
         elif record.type == RecordType.GROUP_METADATA:
             org_id, group_id = record.key
             if record.value is None:

@@ -55,24 +55,26 @@ class OffsetStore:
         self.count = 0
 
     # ----------------------------------------------------------------- writes
-    def put(self, org_id: str, group_id: str, topic: str, partition: int, raw: bytes) -> None:
-        """Store (or overwrite) one partition's packed entry (see ``pack_entry``)."""
-        topics = self._groups.get((org_id, group_id))
+    def put(self, group_key: tuple[str, str], topic: str, partition: int, raw: bytes) -> None:
+        """Store (or overwrite) one partition's packed entry (see ``pack_entry``) of the group
+        ``(org_id, group_id)``; recovery calls this a million times, so the common cases
+        (the next partition in order, an overwrite) come first."""
+        topics = self._groups.get(group_key)
         if topics is None:
-            topics = self._groups[(org_id, group_id)] = {}
+            topics = self._groups[group_key] = {}
         parts = topics.get(topic)
         if parts is None:
             parts = topics[topic] = []
-        if isinstance(parts, list):
+        if type(parts) is list:
             size = len(parts)
+            if partition == size:  # partitions committed in order
+                parts.append(raw)
+                self.count += 1
+                return
             if 0 <= partition < size:
                 if parts[partition] is None:
                     self.count += 1
                 parts[partition] = raw
-                return
-            if partition == size:  # the common case: partitions committed in order
-                parts.append(raw)
-                self.count += 1
                 return
             filled = size - parts.count(None)
             if 0 <= partition < 2 * filled + _DENSE_SLACK:
