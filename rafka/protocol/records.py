@@ -7,8 +7,9 @@ them, so it rarely needs to look inside one. ``split_batches`` frames a Produce
 one ``struct`` call, ``verify_crc`` checks the CRC-32C that covers everything
 from ``attributes`` to the end of the batch, and ``set_base_offset`` stamps the
 offset the log assigns (``baseOffset`` is outside the CRC, so the checksum stays
-valid). A produce decompresses a batch only when the topic's configs need its
-records (see ``check_records`` in the partition log).
+valid). A produce decompresses every compressed batch, with a cap on the size it
+decompresses to, and reads its records only when the topic's configs need them
+(see ``check_records`` in the partition log).
 
 ``build_batch`` and ``iter_records`` encode and decode the records inside a batch,
 with any of Kafka's codecs (cramjam for snappy, lz4 and zstd): tests use them to make
@@ -31,7 +32,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import cramjam
 from crc32c import crc32c
@@ -344,28 +345,78 @@ def compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def decompress(codec: int, data: bytes | memoryview) -> memoryview:
+DECOMPRESSED_LIMIT = 64 * 1024 * 1024  # the records of one batch, decompressed; more is refused
+
+
+def decompress(codec: int, data: bytes | memoryview, limit: int = DECOMPRESSED_LIMIT) -> memoryview:
     """The records section of a batch compressed with ``codec``; ``CorruptRecordError`` if it
-    does not decompress. Snappy comes raw (librdkafka) or in snappy-java's framing (Java)."""
+    does not decompress, or decompresses to more than ``limit`` bytes (a compression bomb:
+    a small batch must not make the broker allocate gigabytes). Snappy comes raw
+    (librdkafka) or in snappy-java's framing (Java)."""
     try:
         if codec == CompressionType.GZIP:
-            return memoryview(gzip.decompress(data))
+            return memoryview(_gunzip(data, limit))
         if codec == CompressionType.SNAPPY:
             if bytes(data[:8]) != _XERIAL:
-                return memoryview(bytes(cramjam.snappy.decompress_raw(data)))
-            blocks, pos = [], 16
+                return memoryview(_unsnappy(data, limit))
+            blocks, pos, total = [], 16, 0
             while pos < len(data):
                 size = struct.unpack_from(">i", data, pos)[0]
-                blocks.append(bytes(cramjam.snappy.decompress_raw(data[pos + 4 : pos + 4 + size])))
+                if size < 0:
+                    raise CorruptRecordError("negative snappy block length")
+                blocks.append(_unsnappy(data[pos + 4 : pos + 4 + size], limit - total))
+                total += len(blocks[-1])
                 pos += 4 + size
             return memoryview(b"".join(blocks))
-        if codec == CompressionType.LZ4:
-            return memoryview(bytes(cramjam.lz4.decompress(data)))
-        if codec == CompressionType.ZSTD:
-            return memoryview(bytes(cramjam.zstd.decompress(data)))
-    except (cramjam.DecompressionError, OSError, EOFError, zlib.error, struct.error) as exc:
+        if codec in (CompressionType.LZ4, CompressionType.ZSTD):
+            return _decompress_into(cramjam.lz4 if codec == CompressionType.LZ4 else cramjam.zstd, data, limit)
+    except (cramjam.DecompressionError, OSError, EOFError, zlib.error, struct.error, MemoryError) as exc:
         raise CorruptRecordError(f"records do not decompress with codec {codec}: {exc}") from None
     raise CorruptRecordError(f"unknown compression codec {codec}")
+
+
+def _too_big(limit: int) -> CorruptRecordError:
+    return CorruptRecordError(f"records decompress to more than {limit} bytes")
+
+
+def _gunzip(data: bytes | memoryview, limit: int) -> bytes:
+    out: list[bytes] = []
+    left = limit
+    rest: bytes | memoryview = data
+    while rest:  # gzip members, one after the other
+        member = zlib.decompressobj(wbits=31)
+        out.append(member.decompress(rest, left + 1))
+        left -= len(out[-1])
+        if left < 0 or member.unconsumed_tail:
+            raise _too_big(limit)
+        if not member.eof:
+            raise CorruptRecordError("truncated gzip stream")
+        rest = member.unused_data
+    return b"".join(out)
+
+
+def _unsnappy(block: bytes | memoryview, limit: int) -> bytes:
+    size = cramjam.snappy.decompress_raw_len(block)  # the raw format states its length up front
+    if size > limit:
+        raise _too_big(limit)
+    out = bytearray(size)
+    cramjam.snappy.decompress_raw_into(block, out)
+    return bytes(out)
+
+
+def _decompress_into(module: Any, data: bytes | memoryview, limit: int) -> memoryview:
+    """lz4 and zstd frames into a buffer that grows fourfold up to ``limit``."""
+    size = min(limit, max(1 << 16, 8 * len(data)))
+    while True:
+        out = bytearray(size)
+        try:
+            return memoryview(out)[: module.decompress_into(data, out)]
+        except cramjam.DecompressionError as exc:
+            if "whole buffer" not in str(exc):  # not a full buffer: the data itself is bad
+                raise
+            if size >= limit:
+                raise _too_big(limit) from None
+            size = min(limit, size * 4)
 
 
 def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[SimpleRecord]:

@@ -12,12 +12,14 @@ from kio.records.readers import read_batch
 
 from rafka.protocol.records import (
     BATCH_HEADER_SIZE,
+    DECOMPRESSED_LIMIT,
     INT32_MAX,
     CompressionType,
     CorruptRecordError,
     InvalidRecordError,
     SimpleRecord,
     build_batch,
+    compress,
     compute_crc,
     decompress,
     increment_sequence,
@@ -153,6 +155,23 @@ def test_snappy_in_snappy_java_framing_decodes() -> None:
 def test_records_that_do_not_decompress_are_corrupt(codec: int) -> None:
     with pytest.raises(CorruptRecordError):
         decompress(codec, b"\x82SNAPPY\x00 certainly not compressed")
+
+
+@pytest.mark.parametrize("codec", [CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4,
+                                   CompressionType.ZSTD])
+def test_decompression_stops_at_its_limit(codec: CompressionType) -> None:
+    """A compression bomb: a few bytes that expand past the limit are refused, not allocated."""
+    packed = compress(codec, b"\0" * 100_000)
+    assert len(decompress(codec, packed, limit=100_000)) == 100_000
+    with pytest.raises(CorruptRecordError, match="more than 99999 bytes"):
+        decompress(codec, packed, limit=99_999)
+
+
+def test_a_bomb_past_the_default_limit_is_refused() -> None:
+    packed = compress(CompressionType.ZSTD, b"\0" * (DECOMPRESSED_LIMIT + 1))
+    assert len(packed) < 10_000
+    with pytest.raises(CorruptRecordError, match="more than"):
+        decompress(CompressionType.ZSTD, packed)
 
 
 @settings(max_examples=150)

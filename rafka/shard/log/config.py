@@ -153,7 +153,7 @@ CONFIGS: dict[str, ConfigDef] = {
                                         "message_timestamp_type"),
     "min.cleanable.dirty.ratio": ConfigDef(DOUBLE, "0.5", _double(0, 1)),
     "min.compaction.lag.ms": ConfigDef(LONG, "0", _long(0), "min_compaction_lag_ms"),
-    "min.insync.replicas": ConfigDef(INT, "1", _int(1), "min_insync_replicas"),
+    "min.insync.replicas": ConfigDef(INT, "1", _int(1)),  # Kafka caps it at the replication factor: 1
     "preallocate": ConfigDef(BOOLEAN, "false", _boolean),
     "remote.log.copy.disable": ConfigDef(BOOLEAN, "false", _boolean),
     "remote.log.delete.on.disable": ConfigDef(BOOLEAN, "false", _boolean),
@@ -184,7 +184,6 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     message_timestamp_before_max_ms: int = INT64_MAX
     message_timestamp_after_max_ms: int = 3600000
-    min_insync_replicas: int = 1
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = INT64_MAX
 

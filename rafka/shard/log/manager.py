@@ -236,12 +236,12 @@ class LogManager:
                 out.append(_produce_error(topic, partition, Errors.INVALID_REQUEST, "Partition given twice"))
             else:
                 seen.add(key)
-                recs, resp = self._produce_partition(key, p, acks, now_ms)
+                recs, resp = self._produce_partition(key, p, now_ms)
                 records += recs
                 out.append(resp)
         return records, {"partitions": out}
 
-    def _produce_partition(self, key: PartitionKey, p: dict[str, Any], acks: int, now_ms: int) -> Result:
+    def _produce_partition(self, key: PartitionKey, p: dict[str, Any], now_ms: int) -> Result:
         _, topic, partition = key
         tid, incarnation = _topic_id(p), p.get("incarnation", 0)
         if self._stale(key[0], p):
@@ -264,11 +264,6 @@ class LogManager:
                 Errors.INVALID_RECORD,
                 "Produce requests must contain exactly one record batch per partition",
             )
-        if acks == -1 and config.min_insync_replicas > 1:  # one replica: the ISR is this broker alone
-            return [], _produce_error(
-                topic, partition, Errors.NOT_ENOUGH_REPLICAS,
-                f"The size of the current ISR Set(0) is insufficient to satisfy the min.isr requirement of "
-                f"{config.min_insync_replicas} for partition {topic}-{partition}")
         plan = log.prepare_append(batches, now_ms, config, f"{topic}-{partition}")
         if plan.error:
             resp = _produce_error(topic, partition, plan.error, plan.message)
