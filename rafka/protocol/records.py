@@ -442,7 +442,7 @@ def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[SimpleRecord
         for _ in range(count):
             hkey, pos = _read_nullable(view, pos)
             hvalue, pos = _read_nullable(view, pos)
-            headers.append(((hkey or b"").decode("utf-8"), hvalue))
+            headers.append(((hkey or b"").decode("utf-8", "replace"), hvalue))  # Kafka does not check keys
         if pos != end:
             raise CorruptRecordError("record length does not match its fields")
         yield SimpleRecord(

@@ -464,6 +464,21 @@ def test_compact_only_topic_keeps_records_past_retention_and_refuses_delete_reco
     assert ctx.manager.retention(10**9), "compact,delete: retention applies again"
 
 
+def test_an_empty_cleanup_policy_neither_deletes_nor_needs_keys(ctx: Ctx) -> None:
+    configs = {**SMALL_SEGMENTS, "retention.ms": "1000", "cleanup.policy": ""}
+    for t in range(0, 600, 100):
+        assert ctx.put(keyed(None, ts=t), now_ms=t, configs=configs)["error_code"] == Errors.NONE
+    assert ctx.manager.retention(10**9) == [] and ctx.delete_records(2)["error_code"] == Errors.POLICY_VIOLATION
+
+
+def test_a_record_without_key_gets_only_the_key_error(ctx: Ctx) -> None:
+    now = 10_000
+    resp = ctx.put(keyed(None, b"k", ts=now + 10**8), now_ms=now, configs={"cleanup.policy": "compact"})
+    assert resp["error_code"] == Errors.INVALID_TIMESTAMP, "one record's timestamp is out of the window"
+    assert [(e["batch_index"], e["batch_index_error_message"][:9]) for e in resp["record_errors"]] == [
+        (0, "Compacted"), (1, "Timestamp")]
+
+
 def test_timestamps_more_than_an_hour_ahead_are_refused_by_default(ctx: Ctx) -> None:
     now = 1_700_000_000_000
     assert ctx.put(keyed(b"a", ts=now + 3_600_000), now_ms=now)["error_code"] == Errors.NONE

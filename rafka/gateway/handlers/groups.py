@@ -21,7 +21,7 @@ from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.consumer_groups import resolve_topics
 from rafka.gateway.handlers.errors import Err, coordinator_error
-from rafka.gateway.handlers.topics import group_call, known_partitions
+from rafka.gateway.handlers.topics import group_call, known_partitions, with_refused
 from rafka.rail import Op
 
 
@@ -94,8 +94,7 @@ async def offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     if resp is None:
         resp = {"topics": [{"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"], "error_code": err} for p in t["partitions"]]} for t in topics]}
-    if unknown:
-        resp["topics"] = unknown + resp["topics"]
+    resp["topics"] = with_refused(unknown, resp["topics"])
     return resp
 
 
@@ -120,8 +119,12 @@ async def offset_fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, An
 
 @api(47, 0, 0, "group.offset-delete")
 async def offset_delete(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    resp, err = await _call_or_error(ctx, Op.OFFSET_DELETE, req["group_id"], req)
-    return resp if resp is not None else {"error_code": err, "topics": []}
+    topics, unknown = await known_partitions(ctx, req["topics"])  # Kafka checks them against its metadata
+    resp, err = await _call_or_error(ctx, Op.OFFSET_DELETE, req["group_id"], {**req, "topics": topics})
+    if resp is None:
+        return {"error_code": err, "topics": []}
+    resp["topics"] = with_refused(unknown, resp.get("topics") or [])
+    return resp
 
 
 @api(15, 0, 6, "group.describe")

@@ -60,7 +60,7 @@ def _topic_entry(ctx: RequestContext, t: dict[str, Any], operations: int = acl.O
         "partitions": [{"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": 0,
                         "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
                        for p in range(t.get("partitions", 0))],
-        "topic_authorized_operations": operations if not t.get("error_code") else acl.OMITTED,
+        "topic_authorized_operations": operations,  # Kafka sets it on topics answered with an error too
     }
 
 
@@ -175,7 +175,7 @@ class TopicCache:
 
 
 async def known_partitions(ctx: RequestContext, topics: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Split an (Txn)OffsetCommit's ``topics`` into the partitions that exist and, in response
+    """Split an (Txn)OffsetCommit's or OffsetDelete's ``topics`` into the partitions that exist and, in response
     form, UNKNOWN_TOPIC_OR_PARTITION for the rest, as Kafka checks commits against its metadata.
     While the catalogue cannot answer, every partition goes ahead unchecked."""
     try:
@@ -197,6 +197,22 @@ async def known_partitions(ctx: RequestContext, topics: list[dict[str, Any]]) ->
             {"partition_index": p["partition_index"], "error_code": Err.UNKNOWN_TOPIC_OR_PARTITION}
             for p, ok in zip(t["partitions"], exists) if not ok]})
     return known, unknown
+
+
+def with_refused(refused: list[dict[str, Any]], answered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A commit response's topics with ``known_partitions``' refusals folded in: one entry
+    per topic, as Kafka's response builder merges them."""
+    if not refused:
+        return answered
+    by_name = {t["name"]: t for t in answered}
+    out = list(answered)
+    for t in refused:
+        entry = by_name.get(t["name"])
+        if entry is None:
+            out.append(t)
+        else:
+            entry["partitions"] = t["partitions"] + entry["partitions"]
+    return out
 
 
 def topic_cache(ctx: RequestContext) -> TopicCache:
@@ -321,10 +337,39 @@ async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     return {"throttle_time": 0, "responses": resp["topics"]}
 
 
+def _new_partition_refusal(assignments: list[dict[str, Any]], node_id: int) -> list[Any] | None:
+    """Why Kafka's controller refuses the contents of CreatePartitions' manual assignments
+    (validateManualPartitionAssignment, replication factor 1), or None."""
+    for a in assignments:
+        brokers = sorted(a.get("broker_ids") or [])
+        if not brokers:
+            return [Err.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."]
+        previous = None
+        for b in brokers:
+            if b != node_id:
+                return [Err.INVALID_REPLICA_ASSIGNMENT,
+                        f"The manual partition assignment includes broker {b}, but no such broker is registered."]
+            if b == previous:
+                return [Err.INVALID_REPLICA_ASSIGNMENT,
+                        f"The manual partition assignment includes the broker {b} more than once."]
+            previous = b
+        if len(brokers) != 1:
+            return [Err.INVALID_REPLICA_ASSIGNMENT,
+                    (f"The manual partition assignment includes a partition with {len(brokers)} replica(s), but "
+                    "this is not consistent with previous partitions, which have 1 replica(s).")]
+    return None
+
+
 @api(37, 0, 3, "kafka.create-partitions")
 async def create_partitions(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    payload = {"topics": [{"name": t["name"], "count": t["count"]} for t in req["topics"]],
-               "validate_only": req.get("validate_only", False)}
+    def topic(t: dict[str, Any]) -> dict[str, Any]:
+        assignments = t.get("assignments")
+        if assignments is None:
+            return {"name": t["name"], "count": t["count"]}
+        return {"name": t["name"], "count": t["count"], "assignments": len(assignments),
+                "assignment_refusal": _new_partition_refusal(assignments, ctx.gateway.node_id)}
+
+    payload = {"topics": [topic(t) for t in req["topics"]], "validate_only": req.get("validate_only", False)}
     try:
         resp = await catalog_call(ctx, Op.CREATE_PARTITIONS, payload)
     except Exception as exc:

@@ -24,7 +24,7 @@ from typing import Any
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, coordinator_error
-from rafka.gateway.handlers.topics import group_call, known_partitions, topic_cache
+from rafka.gateway.handlers.topics import group_call, known_partitions, topic_cache, with_refused
 from rafka.gateway.txn import complete_transaction
 from rafka.rail import Op
 
@@ -134,7 +134,7 @@ async def txn_offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[st
         resp = {"topics": [{"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"], "error_code": err} for p in t["partitions"]]}
             for t in topics]}
-    return {"throttle_time": 0, **resp, "topics": unknown + resp["topics"]}
+    return {"throttle_time": 0, **resp, "topics": with_refused(unknown, resp["topics"])}
 
 
 @api(65, 0, 0, "txn.describe")

@@ -36,7 +36,12 @@ BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7  # DescribeConfigs v
 
 
 class InvalidConfigError(ValueError):
-    """An unknown key or an invalid value (INVALID_CONFIG)."""
+    """An unknown key or an invalid value (INVALID_CONFIG); ``value``, the part of a list
+    that is invalid (Kafka names the element, not the whole list)."""
+
+    def __init__(self, message: str, value: str | None = None) -> None:
+        super().__init__(message)
+        self.value = value
 
 
 def _number(convert: Callable[[str], Any], minimum: float, maximum: float) -> Callable[[str], Any]:
@@ -85,9 +90,10 @@ def _items(text: str) -> list[str]:
 
 
 def _cleanup_policy(text: str) -> frozenset[str]:
-    policies = _items(text)
-    if not policies or any(p not in ("compact", "delete") for p in policies):
-        raise InvalidConfigError("String must be one of: compact, delete")
+    policies = _items(text)  # empty: the log neither deletes nor compacts, as Kafka allows
+    for policy in policies:
+        if policy not in ("compact", "delete"):
+            raise InvalidConfigError("String must be one of: compact, delete", policy)
     return frozenset(policies)
 
 
@@ -222,7 +228,7 @@ class LogConfig:
                 value = spec.parse(text)
             except InvalidConfigError as exc:
                 if validate or spec.type not in _UNCHECKED:
-                    raise InvalidConfigError(f"Invalid value {text} for configuration {name}: {exc}") from None
+                    raise InvalidConfigError(f"Invalid value {exc.value or text} for configuration {name}: {exc}") from None
                 value = _UNCHECKED[spec.type](text)
             if spec.attribute is not None:
                 values[spec.attribute] = value

@@ -454,10 +454,11 @@ def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: in
 
     try:
         for index, record in enumerate(iter_records(batch)):
-            if config.compact and record.key is None:
+            if config.compact and record.key is None:  # Kafka reports one error per record, the key's first
                 errors.append((index, (f"Compacted topic cannot accept message without key in topic partition "
                                        f"{name}."), False))
-            check_timestamp(index, record.offset - header.base_offset, record.timestamp)
+            else:
+                check_timestamp(index, record.offset - header.base_offset, record.timestamp)
     except (ValueError, IndexError) as exc:  # CorruptRecordError is a ValueError
         raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name} does not decode: {exc}") from None
     if not errors:

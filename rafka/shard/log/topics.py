@@ -329,7 +329,10 @@ class TopicCatalog:
         return records, {"topics": results}
 
     def create_partitions(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
-        """CreatePartitions. ``op = {topics: [{name, count}], validate_only}``; increase only.
+        """CreatePartitions. ``op = {topics: [{name, count[, assignments, assignment_refusal]}],
+        validate_only}``; increase only. ``assignments`` is how many manual assignments the
+        request gave (None: none), ``assignment_refusal`` the gateway's ``[code, message]``
+        for their contents, checked after their number as Kafka's controller does.
 
         Response ``{topics: [{name, error_code, error_message}]}``.
         """
@@ -338,21 +341,26 @@ class TopicCatalog:
         records: list[Record] = []
         results = []
         for t in op.get("topics", []):
-            name, count = t.get("name"), t.get("count", 0)
+            name, count, assigned = t.get("name"), t.get("count", 0), t.get("assignments")
             info = self.topic(org_id, name or "")
             if names.count(name) > 1:
                 code, msg = Errors.INVALID_REQUEST, f"Duplicate topic name {name} in request"
             elif info is None:
                 code, msg = Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
-            elif count < info.partitions:
-                code, msg = (
-                    Errors.INVALID_PARTITIONS,
-                    (f"Topic currently has {info.partitions} partitions, which is higher than the requested {count}."),
-                )
             elif count == info.partitions:
-                code, msg = Errors.INVALID_PARTITIONS, f"Topic already has {info.partitions} partitions."
+                code, msg = Errors.INVALID_PARTITIONS, f"Topic already has {info.partitions} partition(s)."
+            elif count < info.partitions:
+                code, msg = (Errors.INVALID_PARTITIONS,
+                             (f"The topic {name} currently has {info.partitions} partition(s); {count} would not be "
+                             f"an increase."))
             elif count > self.max_partitions:
                 code, msg = Errors.INVALID_PARTITIONS, f"Number of partitions must be at most {self.max_partitions}."
+            elif assigned is not None and assigned != count - info.partitions:
+                code, msg = (Errors.INVALID_REPLICA_ASSIGNMENT,
+                             (f"Attempted to add {count - info.partitions} additional partition(s), but only "
+                             f"{assigned} assignment(s) were specified."))
+            elif t.get("assignment_refusal"):
+                code, msg = t["assignment_refusal"]
             else:
                 code, msg = Errors.NONE, None
                 if not op.get("validate_only"):

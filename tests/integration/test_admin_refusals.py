@@ -1,0 +1,63 @@
+"""Admin requests Kafka refuses, part by part, driven by real clients and raw requests:
+manual assignments of new partitions, and offsets of partitions that do not exist."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from tests.integration.clients import create_topic
+from tests.integration.clients import unique_name as _name
+from tests.integration.conftest import Rafka
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+
+def test_create_partitions_checks_manual_assignments(rafka: Rafka) -> None:
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+
+    def grow(count: int, assignment: list[list[int]]) -> str | None:
+        fut = admin.create_partitions([NewPartitions(topic, count, replica_assignment=assignment)])[topic]
+        try:
+            fut.result(10)
+        except Exception as exc:
+            return str(exc)
+        return None
+
+    assert "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified" in (grow(3, [[0]]) or "")
+    assert "includes broker 5, but no such broker is registered" in (grow(2, [[5]]) or "")
+    assert "includes the broker 0 more than once" in (grow(2, [[0, 0]]) or "")
+    [md] = admin.list_topics(topic, timeout=10).topics.values()
+    assert len(md.partitions) == 1, "refused assignments add nothing"
+    assert grow(3, [[0], [0]]) is None
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3
+
+
+def test_offsets_of_partitions_that_do_not_exist(rafka: Rafka) -> None:
+    """OffsetCommit folds refused partitions into the topic's entry; OffsetDelete refuses
+    unknown topics and partitions with UNKNOWN_TOPIC_OR_PARTITION, as Kafka does."""
+    topic, group = _name("t"), _name("g")
+    create_topic(rafka.bootstrap, topic, 1)
+    c = Consumer({"bootstrap.servers": rafka.bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+    c.close()
+    partition = {"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1, "committed_metadata": ""}
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        resp = raw.request(8, 8, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                                  "group_instance_id": None, "topics": [
+                                      {"name": topic, "partitions": [partition, {**partition, "partition_index": 7}]}]})
+        assert [(t["name"], sorted((p["partition_index"], p["error_code"]) for p in t["partitions"]))
+                for t in resp["topics"]] == [(topic, [(0, 0), (7, 3)])]
+        deleted = raw.request(47, 0, {"group_id": group, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 9}]},
+            {"name": topic + "-missing", "partitions": [{"partition_index": 0}]}]})
+        assert deleted["error_code"] == 0
+        assert sorted((t["name"], p["partition_index"], p["error_code"]) for t in deleted["topics"]
+                      for p in t["partitions"]) == [(topic, 9, 3), (topic + "-missing", 0, 3)]
+        fetched = raw.request(9, 7, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
+                                     "require_stable": False})
+    assert fetched["topics"][0]["partitions"][0]["committed_offset"] == 5
