@@ -142,6 +142,34 @@ def test_committed_offsets_resume_after_rejoin(broker: Rafka) -> None:
         m.close()
 
 
+def test_describe_groups_describes_only_classic_groups(broker: Rafka) -> None:
+    """Kafka's DescribeGroups answers a consumer group as not a classic group (v6: GROUP_ID_NOT_FOUND,
+    older versions: Dead with no error); ConsumerGroupDescribe describes it."""
+    from confluent_kafka.admin import AdminClient
+
+    from tests.rawclient import RawClient
+
+    topic, group = f"t-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 2)
+    m = Member(broker.bootstrap, group, topic)
+    try:
+        wait_for(lambda: len(m.assigned) == 2, 30, "assignment")
+        with RawClient("127.0.0.1", broker.port) as raw:
+            v6 = raw.request(15, 6, {"groups": [group], "include_authorized_operations": False})["groups"][0]
+            v5 = raw.request(15, 5, {"groups": [group], "include_authorized_operations": False})["groups"][0]
+            absent = raw.request(15, 6, {"groups": ["no-" + group], "include_authorized_operations": False})
+        assert (v6["error_code"], v6["error_message"], v6["group_state"]) == (
+            69, f"Group {group} is not a classic group.", "Dead")
+        assert (v5["error_code"], v5["group_state"], v5["members"]) == (0, "Dead", [])
+        assert (absent["groups"][0]["error_code"], absent["groups"][0]["error_message"]) == (
+            69, f"Group no-{group} not found.")
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        described = admin.describe_consumer_groups([group])[group].result(10)
+        assert len(described.members) == 1, "ConsumerGroupDescribe still describes it"
+    finally:
+        m.close()
+
+
 def test_a_groups_own_configs_set_its_timings_and_survive_a_restart(tmp_path: Path) -> None:
     """IncrementalAlterConfigs on a GROUP resource (kafka-python's admin, as kafka-configs
     --entity-type groups): the group's members get its heartbeat interval and are fenced after

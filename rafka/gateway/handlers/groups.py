@@ -130,10 +130,18 @@ async def offset_delete(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
 @api(15, 0, 6, "group.describe")
 async def describe_groups(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     async def one(group_id: str) -> dict[str, Any]:
-        resp, err = await _call_or_error(ctx, Op.DESCRIBE_GROUP, group_id, {"group_id": group_id})
+        resp, err = await _call_or_error(ctx, Op.DESCRIBE_GROUP, group_id,
+                                         {"group_id": group_id, "api_version": ctx.api_version})
         if resp is None:
             return {"error_code": err, "group_id": group_id, "group_state": "", "protocol_type": "",
                     "protocol_data": "", "members": [], "authorized_operations": acl.OMITTED}
+        if resp.get("group_type") == "consumer":  # Kafka describes only classic groups here
+            resp = {"error_code": 0, "error_message": None, "group_id": group_id, "group_state": "Dead",
+                    "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": acl.OMITTED}
+            if ctx.api_version >= 6:
+                resp["error_code"] = Err.GROUP_ID_NOT_FOUND
+                resp["error_message"] = f"Group {group_id} is not a classic group."
+            return resp
         if not resp.get("error_code"):
             resp["authorized_operations"] = operations
         return resp

@@ -657,7 +657,8 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
         return out
 
     def describe_as_classic(self, org_id: str, group_id: str) -> dict[str, Any] | None:
-        """DescribeGroups' view of a consumer group (protocol type "consumer"), or None."""
+        """A classic view of a consumer group (protocol type "consumer", ``group_type``
+        "consumer"), or None: the admin API shows it; Kafka's DescribeGroups does not."""
         group = self.group(org_id, group_id)
         if group is None:
             return None
@@ -670,7 +671,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
                 "group_state": group.state(), "protocol_type": CONSUMER_PROTOCOL_TYPE,
                 "protocol_data": group.preferred_assignor(self.config.consumer_assignors[0]), "members": members,
                 "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-                "group_uid": group.uid, "rrl": group_rrl(org_id, group_id)}
+                "group_uid": group.uid, "rrl": group_rrl(org_id, group_id), "group_type": "consumer"}
 
     def delete_group(self, org_id: str, group_id: str) -> tuple[int, list[Record]] | None:
         """DeleteGroups on a consumer group: (error, records) or None if not a consumer group.
