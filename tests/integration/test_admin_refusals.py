@@ -61,3 +61,24 @@ def test_offsets_of_partitions_that_do_not_exist(rafka: Rafka) -> None:
         fetched = raw.request(9, 7, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
                                      "require_stable": False})
     assert fetched["topics"][0]["partitions"][0]["committed_offset"] == 5
+
+
+def test_describe_broker_configs(rafka: Rafka) -> None:
+    """This node's id lists the broker configs rafka runs with; another id is INVALID_REQUEST
+    and the cluster-default resource "" lists no dynamic defaults, as Kafka answers."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    mine = ConfigResource(ResourceType.BROKER, "0")
+    configs = admin.describe_configs([mine])[mine].result(10)
+    assert configs["message.max.bytes"].value == "1048588" and configs["default.replication.factor"].value == "1"
+    assert configs["log.message.timestamp.after.max.ms"].value == "3600000"
+    assert all(c.is_read_only for c in configs.values())
+    with RawClient("127.0.0.1", rafka.port) as raw:  # librdkafka sends a broker's resource to that broker
+        resp = raw.request(32, 4, {"resources": [{"resource_type": 4, "resource_name": name, "configuration_keys": None}
+                                                 for name in ("", "7")],
+                                   "include_synonyms": False, "include_documentation": False})
+    default, other = resp["results"]
+    assert (default["error_code"], default["configs"]) == (0, [])
+    assert (other["error_code"], other["error_message"]) == (
+        42, "Unexpected broker id, expected 0 or empty string, but received 7")

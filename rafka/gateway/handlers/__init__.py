@@ -1,3 +1,3 @@
 """Gateway handlers, one module per area; importing this package registers them all."""
 
-from rafka.gateway.handlers import consumer_groups, data, groups, kafka, sasl, topics, txn  # noqa: F401
+from rafka.gateway.handlers import configs, consumer_groups, data, groups, kafka, sasl, topics, txn  # noqa: F401

@@ -4,14 +4,7 @@ Version notes:
 - Metadata 0–12: v0 an empty topic list means all topics, v1+ null means all;
   v4+ ``allow_auto_topic_creation``; v10+ topic ids. The gateway is the only broker,
   the controller and every partition's leader.
-- IncrementalAlterConfigs 0–1 and AlterConfigs 0–2 change topic configs: the
-  catalogue validates and stores the overrides, then the shards owning the topic's
-  partitions apply them to the logs (retention, segment rolling, the size limit; a
-  shard that is down gets them when it is back, ``rafka.gateway.reconcile``).
-  Broker configs are static.
-  A GROUP resource (IncrementalAlterConfigs, AlterConfigs and DescribeConfigs)
-  sets a group's own consumer.session.timeout.ms and consumer.heartbeat.interval.ms
-  on the group's coordinator shard (``rafka.shard.groups.config_manager``).
+- Config requests (AlterConfigs, DescribeConfigs) are in ``rafka.gateway.handlers.configs``.
 - DescribeLogDirs 1–4: each shard's WAL directory is a log dir.
 The catalogue of an organisation is owned by the shard of ``stable_hash(org_id,
 "\\0topics")``, so every gateway sees the same topics.
@@ -22,18 +15,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections import Counter
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.errors import Err, coordinator_error
 from rafka.gateway.handlers.kafka import CLUSTER_ID, broker
-from rafka.gateway.router import ShardUnavailable
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway")
-TOPIC, BROKER, GROUP = 2, 4, 32  # config resource types
 
 
 def group_call(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> asyncio.Future[Any]:
@@ -286,7 +276,7 @@ async def create_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     return {"throttle_time": 0, "topics": resp["topics"]}
 
 
-async def _to_log_shards(ctx: RequestContext, op: Op, calls: list[tuple[int, dict[str, Any]]]) -> None:
+async def to_log_shards(ctx: RequestContext, op: Op, calls: list[tuple[int, dict[str, Any]]]) -> None:
     """Send ``op`` to the shards holding a topic's logs; a shard that does not answer is left to
     the reconciler, which brings its logs in line with the catalogue once it is back."""
     router = ctx.gateway.router
@@ -297,7 +287,7 @@ async def _to_log_shards(ctx: RequestContext, op: Op, calls: list[tuple[int, dic
             ctx.gateway.reconciler.mark(s)
 
 
-def _partitions_by_shard(ctx: RequestContext, topic: str, count: int) -> dict[int, list[int]]:
+def partitions_by_shard(ctx: RequestContext, topic: str, count: int) -> dict[int, list[int]]:
     """Partitions ``0..count-1`` of ``topic`` grouped by the shard that owns their logs."""
     by_shard: dict[int, list[int]] = {}
     for p in range(count):
@@ -328,9 +318,9 @@ async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
         if t.get("error_code") == 0:
             drops += [(s, {"topic": t["name"], "partitions": ps, "topic_id": t.get("topic_id"),
                            "incarnation": incarnation})
-                      for s, ps in _partitions_by_shard(ctx, t["name"], t.get("num_partitions", 0)).items()]
+                      for s, ps in partitions_by_shard(ctx, t["name"], t.get("num_partitions", 0)).items()]
         t["topic_id"] = uuid.UUID(t["topic_id"]) if t.get("topic_id") else uuid.UUID(int=0)
-    await _to_log_shards(ctx, Op.DELETE_PARTITIONS, drops)
+    await to_log_shards(ctx, Op.DELETE_PARTITIONS, drops)
     for s, res in enumerate(await asyncio.gather(*offsets, return_exceptions=True)):
         if isinstance(res, BaseException):
             log.warning("shard %d did not drop the committed offsets of deleted topics %s: %s", s, deleted, res)
@@ -395,7 +385,7 @@ async def describe_log_dirs(ctx: RequestContext, req: dict[str, Any]) -> dict[st
         answers, counts = [catalogue] * len(shards), {}
     else:
         counts = {t["name"]: t["partitions"] for t in catalogue["topics"] if not t.get("error_code")}
-    owned = {name: _partitions_by_shard(ctx, name, n) for name, n in sorted(counts.items())}
+    owned = {name: partitions_by_shard(ctx, name, n) for name, n in sorted(counts.items())}
     dirs: dict[str, dict[str, Any]] = {}
     for s, answer in zip(shards, answers):
         if isinstance(answer, BaseException):  # Kafka's offline log dir
@@ -415,127 +405,3 @@ async def describe_log_dirs(ctx: RequestContext, req: dict[str, Any]) -> dict[st
     results = [{**d, "topics": [{"name": n, "partitions": sorted(ps, key=lambda x: x["partition_index"])}
                                 for n, ps in sorted(d["topics"].items())]} for d in dirs.values()]
     return {"throttle_time": 0, "error_code": Err.NONE, "results": results}
-
-
-BROKER_CONFIGS = {
-    "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
-    "num.partitions": lambda c: str(c.default_partitions),
-    "group.min.session.timeout.ms": lambda c: str(c.group_min_session_timeout_ms),
-    "group.max.session.timeout.ms": lambda c: str(c.group_max_session_timeout_ms),
-    "group.initial.rebalance.delay.ms": lambda c: str(c.group_initial_rebalance_delay_ms),
-    "group.max.size": lambda c: str(c.group_max_size),
-    "offset.metadata.max.bytes": lambda c: str(c.offset_metadata_max_bytes),
-    "offsets.retention.minutes": lambda c: str(c.offsets_retention_minutes),
-    "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
-}
-
-
-def _alter_refusal(r: dict[str, Any], incremental: bool, node_id: int) -> str | None:
-    """Why Kafka's broker refuses resource ``r`` before its controller sees it (INVALID_REQUEST), or None."""
-    rtype, name = r["resource_type"], r["resource_name"]
-    nulls = [c["name"] for c in r["configs"]
-             if c.get("value") is None and (not incremental or c.get("config_operation", 0) != 1)]  # DELETE takes none
-    if nulls:
-        return f"Null value not supported for : {', '.join(nulls)}"
-    if rtype == BROKER:  # rafka's broker configs are set in its own config file
-        if name and not name.isdigit():
-            return f"Node id must be an integer, but it is: {name}"
-        if name not in ("", str(node_id)):
-            return f"Unexpected broker id, expected {node_id}, but received {name}"
-        if r["configs"]:
-            return f"Cannot update these configs dynamically: Set({', '.join(c['name'] for c in r['configs'])})"
-        return None
-    if rtype == GROUP:
-        return None if name else "Default group resources are not allowed."
-    if rtype != TOPIC:
-        return f"AlterConfigs is only supported for topics and brokers, but resource type is {rtype}"
-    if not name:
-        return "Default topic resources are not allowed."
-    return None
-
-
-async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], incremental: bool,
-                         validate_only: bool) -> list[dict[str, Any]]:
-    """One AlterConfigsResourceResponse per resource, in request order."""
-    seen = Counter((r["resource_type"], r["resource_name"]) for r in resources)
-
-    async def one(r: dict[str, Any]) -> dict[str, Any]:
-        rtype, name = r["resource_type"], r["resource_name"]
-        out = {"resource_type": rtype, "resource_name": name, "error_code": Err.NONE, "error_message": None}
-        refusal = "Each resource must appear at most once." if seen[(rtype, name)] > 1 else \
-            _alter_refusal(r, incremental, ctx.gateway.node_id)
-        if refusal is not None:
-            return {**out, "error_code": Err.INVALID_REQUEST, "error_message": refusal}
-        if rtype == BROKER:
-            return out
-        changes = [[c["name"], c.get("config_operation", 0), c.get("value")] for c in r["configs"]]
-        if rtype == GROUP:
-            try:
-                resp = await group_call(ctx, Op.ALTER_GROUP_CONFIGS, name,
-                                        {"group": name, "configs": changes, "incremental": incremental,
-                                         "validate_only": validate_only})
-            except ShardUnavailable:
-                return {**out, "error_code": Err.REQUEST_TIMED_OUT, "error_message": "the group's coordinator is unavailable"}
-            return {**out, "error_code": resp["error_code"], "error_message": resp.get("error_message")}
-        payload = {"name": name, "incremental": incremental, "validate_only": validate_only, "configs": changes}
-        try:
-            resp = await catalog_call(ctx, Op.ALTER_CONFIGS, payload)
-        except ShardUnavailable:
-            return {**out, "error_code": Err.REQUEST_TIMED_OUT, "error_message": "the topic catalogue is unavailable"}
-        if resp["error_code"] or validate_only:
-            return {**out, "error_code": resp["error_code"], "error_message": resp.get("error_message")}
-        topic_cache(ctx).invalidate(ctx.org_id)  # produces carry the new configs from now on
-        # the logs take them at once too (the retention of a partition nobody produces to); stored
-        # already, so a shard that does not answer takes them when it is back, as in Kafka
-        update = {"topic": name, "configs": resp["configs"], "config_version": resp["config_version"],
-                  "topic_id": resp.get("topic_id")}
-        await _to_log_shards(ctx, Op.UPDATE_CONFIGS, [(s, {**update, "partitions": ps}) for s, ps in
-                                                      _partitions_by_shard(ctx, name, resp["partitions"]).items()])
-        return out
-
-    return list(await asyncio.gather(*(one(r) for r in resources)))
-
-
-@api(44, 0, 1, "kafka.incremental-alter-configs")
-async def incremental_alter_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": await _alter_configs(ctx, req["resources"], True, req["validate_only"])}
-
-
-@api(33, 0, 2, "kafka.alter-configs")
-async def alter_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": await _alter_configs(ctx, req["resources"], False, req["validate_only"])}
-
-
-@api(32, 1, 4, "kafka.describe-configs")
-async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    results = []
-    for r in req["resources"]:
-        keys = r.get("configuration_keys") or None  # Kafka: an empty list asks for every config
-        if r["resource_type"] == BROKER:
-            cfg = ctx.gateway.config
-            configs = [{"name": k, "value": f(cfg), "read_only": True, "config_source": 5, "is_sensitive": False,
-                        "synonyms": []} for k, f in BROKER_CONFIGS.items() if keys is None or k in keys]
-            results.append({"error_code": 0, "error_message": None, "resource_type": BROKER,
-                            "resource_name": r["resource_name"], "configs": configs})
-        elif r["resource_type"] in (TOPIC, GROUP):
-            name = r["resource_name"]
-            try:
-                if r["resource_type"] == TOPIC:
-                    resp = await catalog_call(ctx, Op.DESCRIBE_CONFIGS, {"name": name, "configuration_keys": keys})
-                elif name:
-                    resp = await group_call(ctx, Op.DESCRIBE_GROUP_CONFIGS, name,
-                                            {"group": name, "configuration_keys": keys})
-                else:
-                    resp = {"error_code": Err.INVALID_REQUEST, "error_message": "Group name must not be empty."}
-            except Exception:
-                resp = {"error_code": Err.REQUEST_TIMED_OUT, "error_message": "coordinator unavailable", "configs": []}
-            for c in resp.get("configs", []):
-                c.setdefault("synonyms", [])
-                c["is_default"] = c.get("config_source", 5) == 5
-            results.append({"error_code": resp["error_code"], "error_message": resp.get("error_message"),
-                            "resource_type": r["resource_type"], "resource_name": name,
-                            "configs": resp.get("configs", [])})
-        else:
-            results.append({"error_code": Err.INVALID_REQUEST, "error_message": "unsupported resource type",
-                            "resource_type": r["resource_type"], "resource_name": r["resource_name"], "configs": []})
-    return {"throttle_time": 0, "results": results}

@@ -1,0 +1,195 @@
+"""Config requests: IncrementalAlterConfigs 0–1, AlterConfigs 0–2, DescribeConfigs 1–4.
+
+How this works: a TOPIC resource's configs live in the organisation's catalogue, which
+validates and stores the overrides; the shards owning the topic's partitions then apply
+them to the logs (retention, segment rolling, the size limit; a shard that is down gets
+them when it is back, ``rafka.gateway.reconcile``). A GROUP resource sets a group's own
+consumer.session.timeout.ms and consumer.heartbeat.interval.ms on the group's coordinator
+shard (``rafka.shard.groups.config_manager``). BROKER configs come from rafka's own
+flags: DescribeConfigs reports them, read-only, for this node's id (none for the cluster
+default resource "", as no dynamic defaults exist) and alterations are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+from rafka.gateway.api import RequestContext, api
+from rafka.gateway.handlers.errors import Err
+from rafka.gateway.handlers.topics import (
+    catalog_call,
+    group_call,
+    partitions_by_shard,
+    to_log_shards,
+    topic_cache,
+)
+from rafka.gateway.router import ShardUnavailable
+from rafka.rail import Op
+
+TOPIC, BROKER, GROUP = 2, 4, 32  # config resource types
+INT64_MAX = 2**63 - 1
+
+BROKER_CONFIGS = {  # Kafka's name -> its value from rafka's config
+    "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
+    "broker.id": lambda c: str(c.node_id),
+    "node.id": lambda c: str(c.node_id),
+    "num.partitions": lambda c: str(c.default_partitions),
+    "default.replication.factor": lambda c: "1",
+    "min.insync.replicas": lambda c: "1",
+    "offsets.topic.replication.factor": lambda c: "1",
+    "offsets.topic.num.partitions": lambda c: str(c.coordinator_partitions),
+    "delete.topic.enable": lambda c: "true",
+    "message.max.bytes": lambda c: "1048588",
+    "compression.type": lambda c: "producer",
+    "log.cleanup.policy": lambda c: "delete",
+    "log.retention.hours": lambda c: "168",
+    "log.retention.bytes": lambda c: "-1",
+    "log.retention.check.interval.ms": lambda c: str(c.log_retention_check_interval_ms),
+    "log.segment.bytes": lambda c: "1073741824",
+    "log.roll.hours": lambda c: "168",
+    "log.message.timestamp.type": lambda c: "CreateTime",
+    "log.message.timestamp.after.max.ms": lambda c: "3600000",
+    "log.message.timestamp.before.max.ms": lambda c: str(INT64_MAX),
+    "group.consumer.session.timeout.ms": lambda c: str(c.consumer_group_session_timeout_ms),
+    "group.consumer.heartbeat.interval.ms": lambda c: str(c.consumer_group_heartbeat_interval_ms),
+    "group.consumer.min.session.timeout.ms": lambda c: str(c.consumer_group_min_session_timeout_ms),
+    "group.consumer.max.session.timeout.ms": lambda c: str(c.consumer_group_max_session_timeout_ms),
+    "group.consumer.min.heartbeat.interval.ms": lambda c: str(c.consumer_group_min_heartbeat_interval_ms),
+    "group.consumer.max.heartbeat.interval.ms": lambda c: str(c.consumer_group_max_heartbeat_interval_ms),
+    "transaction.max.timeout.ms": lambda c: "900000",
+    "group.min.session.timeout.ms": lambda c: str(c.group_min_session_timeout_ms),
+    "group.max.session.timeout.ms": lambda c: str(c.group_max_session_timeout_ms),
+    "group.initial.rebalance.delay.ms": lambda c: str(c.group_initial_rebalance_delay_ms),
+    "group.max.size": lambda c: str(c.group_max_size),
+    "offset.metadata.max.bytes": lambda c: str(c.offset_metadata_max_bytes),
+    "offsets.retention.minutes": lambda c: str(c.offsets_retention_minutes),
+    "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
+}
+
+
+def _alter_refusal(r: dict[str, Any], incremental: bool, node_id: int) -> str | None:
+    """Why Kafka's broker refuses resource ``r`` before its controller sees it (INVALID_REQUEST), or None."""
+    rtype, name = r["resource_type"], r["resource_name"]
+    nulls = [c["name"] for c in r["configs"]
+             if c.get("value") is None and (not incremental or c.get("config_operation", 0) != 1)]  # DELETE takes none
+    if nulls:
+        return f"Null value not supported for : {', '.join(nulls)}"
+    if rtype == BROKER:  # rafka's broker configs are set in its own config file
+        if name and not name.isdigit():
+            return f"Node id must be an integer, but it is: {name}"
+        if name not in ("", str(node_id)):
+            return f"Unexpected broker id, expected {node_id}, but received {name}"
+        if r["configs"]:
+            return f"Cannot update these configs dynamically: Set({', '.join(c['name'] for c in r['configs'])})"
+        return None
+    if rtype == GROUP:
+        return None if name else "Default group resources are not allowed."
+    if rtype != TOPIC:
+        return f"AlterConfigs is only supported for topics and brokers, but resource type is {rtype}"
+    if not name:
+        return "Default topic resources are not allowed."
+    return None
+
+
+async def _alter_configs(ctx: RequestContext, resources: list[dict[str, Any]], incremental: bool,
+                         validate_only: bool) -> list[dict[str, Any]]:
+    """One AlterConfigsResourceResponse per resource, in request order."""
+    seen = Counter((r["resource_type"], r["resource_name"]) for r in resources)
+
+    async def one(r: dict[str, Any]) -> dict[str, Any]:
+        rtype, name = r["resource_type"], r["resource_name"]
+        out = {"resource_type": rtype, "resource_name": name, "error_code": Err.NONE, "error_message": None}
+        refusal = "Each resource must appear at most once." if seen[(rtype, name)] > 1 else \
+            _alter_refusal(r, incremental, ctx.gateway.node_id)
+        if refusal is not None:
+            return {**out, "error_code": Err.INVALID_REQUEST, "error_message": refusal}
+        if rtype == BROKER:
+            return out
+        changes = [[c["name"], c.get("config_operation", 0), c.get("value")] for c in r["configs"]]
+        if rtype == GROUP:
+            try:
+                resp = await group_call(ctx, Op.ALTER_GROUP_CONFIGS, name,
+                                        {"group": name, "configs": changes, "incremental": incremental,
+                                         "validate_only": validate_only})
+            except ShardUnavailable:
+                return {**out, "error_code": Err.REQUEST_TIMED_OUT, "error_message": "the group's coordinator is unavailable"}
+            return {**out, "error_code": resp["error_code"], "error_message": resp.get("error_message")}
+        payload = {"name": name, "incremental": incremental, "validate_only": validate_only, "configs": changes}
+        try:
+            resp = await catalog_call(ctx, Op.ALTER_CONFIGS, payload)
+        except ShardUnavailable:
+            return {**out, "error_code": Err.REQUEST_TIMED_OUT, "error_message": "the topic catalogue is unavailable"}
+        if resp["error_code"] or validate_only:
+            return {**out, "error_code": resp["error_code"], "error_message": resp.get("error_message")}
+        topic_cache(ctx).invalidate(ctx.org_id)  # produces carry the new configs from now on
+        # the logs take them at once too (the retention of a partition nobody produces to); stored
+        # already, so a shard that does not answer takes them when it is back, as in Kafka
+        update = {"topic": name, "configs": resp["configs"], "config_version": resp["config_version"],
+                  "topic_id": resp.get("topic_id")}
+        await to_log_shards(ctx, Op.UPDATE_CONFIGS, [(s, {**update, "partitions": ps}) for s, ps in
+                                                      partitions_by_shard(ctx, name, resp["partitions"]).items()])
+        return out
+
+    return list(await asyncio.gather(*(one(r) for r in resources)))
+
+
+@api(44, 0, 1, "kafka.incremental-alter-configs")
+async def incremental_alter_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": await _alter_configs(ctx, req["resources"], True, req["validate_only"])}
+
+
+@api(33, 0, 2, "kafka.alter-configs")
+async def alter_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": await _alter_configs(ctx, req["resources"], False, req["validate_only"])}
+
+
+@api(32, 1, 4, "kafka.describe-configs")
+async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    results = []
+    for r in req["resources"]:
+        keys = r.get("configuration_keys") or None  # Kafka: an empty list asks for every config
+        if r["resource_type"] == BROKER:
+            results.append(_describe_broker(ctx, r["resource_name"], keys))
+        elif r["resource_type"] in (TOPIC, GROUP):
+            name = r["resource_name"]
+            try:
+                if r["resource_type"] == TOPIC:
+                    resp = await catalog_call(ctx, Op.DESCRIBE_CONFIGS, {"name": name, "configuration_keys": keys})
+                elif name:
+                    resp = await group_call(ctx, Op.DESCRIBE_GROUP_CONFIGS, name,
+                                            {"group": name, "configuration_keys": keys})
+                else:
+                    resp = {"error_code": Err.INVALID_REQUEST, "error_message": "Group name must not be empty."}
+            except Exception:
+                resp = {"error_code": Err.REQUEST_TIMED_OUT, "error_message": "coordinator unavailable", "configs": []}
+            for c in resp.get("configs", []):
+                c.setdefault("synonyms", [])
+                c["is_default"] = c.get("config_source", 5) == 5
+            results.append({"error_code": resp["error_code"], "error_message": resp.get("error_message"),
+                            "resource_type": r["resource_type"], "resource_name": name,
+                            "configs": resp.get("configs", [])})
+        else:
+            results.append({"error_code": Err.INVALID_REQUEST, "error_message": "unsupported resource type",
+                            "resource_type": r["resource_type"], "resource_name": r["resource_name"], "configs": []})
+    return {"throttle_time": 0, "results": results}
+
+
+def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None) -> dict[str, Any]:
+    """DescribeConfigs of a BROKER resource, as Kafka's ConfigHelper answers it."""
+    out = {"error_code": Err.NONE, "error_message": None, "resource_type": BROKER, "resource_name": name,
+           "configs": []}
+    node = ctx.gateway.node_id
+    if not name:
+        return out  # the cluster default resource: only dynamic defaults, and there are none
+    if not name.lstrip("-").isdigit():
+        return {**out, "error_code": Err.INVALID_REQUEST,
+                "error_message": f"Broker id must be an integer, but it is: {name}"}
+    if int(name) != node:
+        return {**out, "error_code": Err.INVALID_REQUEST,
+                "error_message": f"Unexpected broker id, expected {node} or empty string, but received {name}"}
+    cfg = ctx.gateway.config
+    out["configs"] = [{"name": k, "value": f(cfg), "read_only": True, "config_source": 5, "is_sensitive": False,
+                       "synonyms": []} for k, f in sorted(BROKER_CONFIGS.items()) if keys is None or k in keys]
+    return out
