@@ -74,6 +74,19 @@ def test_compacted_topic_needs_keys(rafka: Rafka) -> None:
     assert [m.key() for m in _read(rafka.bootstrap, topic, 1)] == [b"key"]
 
 
+def test_delete_records_on_a_compacted_topic_is_a_policy_violation(rafka: Rafka) -> None:
+    topic = _name("compact")
+    _create(rafka.bootstrap, topic, {"cleanup.policy": "compact"})
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    tp = TopicPartition(topic, 0, 0)
+    with pytest.raises(Exception, match="POLICY_VIOLATION"):  # before any record: the topic's policy decides
+        admin.delete_records([tp])[tp].result(10)
+    assert _produce(rafka.bootstrap, topic, b"k")[0] is None
+    tp = TopicPartition(topic, 0, 1)
+    with pytest.raises(Exception, match="POLICY_VIOLATION"):
+        admin.delete_records([tp])[tp].result(10)
+
+
 def test_timestamps_far_in_the_future_are_refused(rafka: Rafka) -> None:
     topic = _name("future")
     _create(rafka.bootstrap, topic, {})

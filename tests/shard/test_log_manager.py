@@ -464,6 +464,13 @@ def test_compact_only_topic_keeps_records_past_retention_and_refuses_delete_reco
     assert ctx.manager.retention(10**9), "compact,delete: retention applies again"
 
 
+def test_delete_records_on_a_compacted_partition_without_data_is_refused(ctx: Ctx) -> None:
+    [resp] = ctx.manager.delete_records(ORG, {"partitions": [
+        {"topic": "t", "partition": 0, "offset": 0, "configs": {"cleanup.policy": "compact"}, "config_version": 1}]}
+    )[1]["partitions"]
+    assert resp["error_code"] == Errors.POLICY_VIOLATION
+
+
 def test_an_empty_cleanup_policy_neither_deletes_nor_needs_keys(ctx: Ctx) -> None:
     configs = {**SMALL_SEGMENTS, "retention.ms": "1000", "cleanup.policy": ""}
     for t in range(0, 600, 100):

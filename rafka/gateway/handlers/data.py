@@ -77,6 +77,11 @@ def _incarnation(info: dict[str, Any]) -> dict[str, Any]:
     return {"topic_id": info.get("topic_id"), "incarnation": info.get("incarnation", 0)}
 
 
+def _configs(info: dict[str, Any]) -> dict[str, Any]:
+    """The topic's config overrides and their version, for the partition log to adopt if newer."""
+    return {"configs": info.get("configs") or {}, "config_version": info.get("config_version", 0)}
+
+
 def _zstd(records: bytes) -> bool:
     """Whether the (first) v2 batch is zstd-compressed: attributes' low byte is byte 22. Kafka
     looks at the first batch only; a second batch is refused anyway (INVALID_RECORD)."""
@@ -109,7 +114,7 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
                 errors[key] = Err.UNSUPPORTED_COMPRESSION_TYPE
                 continue
             parts.append({"topic": t["name"], "partition": p["index"], "records": records, **_incarnation(info),
-                          "configs": info.get("configs") or {}, "config_version": info.get("config_version", 0)})
+                          **_configs(info)})
     if req.get("transactional_id") and parts:
         errors.update(await _unverified(ctx, req["transactional_id"], parts))
         parts = [p for p in parts if (p["topic"], p["partition"]) not in errors]
@@ -264,7 +269,7 @@ async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, An
 async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
     parts = [{"topic": t["name"], "partition": p["partition_index"], "offset": p["offset"],
-              **_incarnation(infos[t["name"]])}  # type: ignore[arg-type]
+              **_incarnation(infos[t["name"]]), **_configs(infos[t["name"]])}  # type: ignore[arg-type]
              for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
              if p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
     answers = await _split_call(ctx, Op.DELETE_RECORDS, parts, {}) if parts else {}

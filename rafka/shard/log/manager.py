@@ -293,8 +293,8 @@ class LogManager:
         return records, ok
 
     def delete_records(self, org_id: str, op: dict[str, Any]) -> Result:
-        """DeleteRecords. ``op = {partitions: [{topic, partition, offset[, topic_id, incarnation]}]}``;
-        offset -1 = high watermark.
+        """DeleteRecords. ``op = {partitions: [{topic, partition, offset[, topic_id, incarnation,
+        configs, config_version]}]}``; offset -1 = high watermark.
 
         Response ``{partitions: [{topic, partition, low_watermark, error_code}]}``;
         an offset past the high watermark is OFFSET_OUT_OF_RANGE, a partition named by a
@@ -308,7 +308,10 @@ class LogManager:
             log = self.log(*key, topic_id=p.get("topic_id")) or _EMPTY
             offset = log.high_watermark if p["offset"] == -1 else p["offset"]
             stale = self._stale(org_id, p)
-            if not stale and not log.config.delete:
+            configs, version = p.get("configs"), p.get("config_version", 0)
+            config = LogConfig.from_overrides(configs, validate=False) if log.newer_configs(configs, version) \
+                else log.config
+            if not stale and not config.delete:
                 out.append({"topic": p["topic"], "partition": p["partition"], "low_watermark": -1,
                             "error_code": Errors.POLICY_VIOLATION})
                 continue
