@@ -66,7 +66,7 @@ def _consumer(bootstrap: str, group: str, topic: str, protocol: str, assignor: s
     c.close()
 
 
-def _group_state(bootstrap: str, group: str) -> str:
+def _group_state(bootstrap: str, group: str, protocol: str) -> str:
     import sys
     from pathlib import Path
 
@@ -75,7 +75,10 @@ def _group_state(bootstrap: str, group: str) -> str:
 
     host, port = bootstrap.rsplit(":", 1)
     with RawClient(host, int(port), timeout=5) as c:
-        described = c.request(15, 5, {"groups": [group], "include_authorized_operations": False})
+        if protocol == "consumer":  # DescribeGroups describes classic groups only, as in Kafka
+            described = c.request(69, 0, {"group_ids": [group], "include_authorized_operations": False})
+        else:
+            described = c.request(15, 5, {"groups": [group], "include_authorized_operations": False})
     return str(described["groups"][0]["group_state"])
 
 
@@ -122,7 +125,7 @@ def settle(bootstrap: str, protocol: str, assignor: str, partitions: int, consum
                 continue
             if settled_at is None:
                 settled_at = last
-            elif time.time() - settled_at > 1.0 and _group_state(bootstrap, group) == "Stable":
+            elif time.time() - settled_at > 1.0 and _group_state(bootstrap, group, protocol) == "Stable":
                 return settled_at - t0
         raise TimeoutError(f"{protocol}/{assignor}: not settled after 300 s")
     finally:

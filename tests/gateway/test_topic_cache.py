@@ -32,3 +32,31 @@ def test_a_zero_ttl_cache_keeps_the_answer_it_just_stored() -> None:
     for i in range(3000):
         cache._store("o", {"name": f"t{i}", "topic_id": f"id-{i}", "partitions": 1}, now=5.0)
     assert all(("o", f"id-{i}") in cache._by_id for i in range(3000))
+
+
+def test_commits_go_ahead_unchecked_while_the_catalogue_cannot_answer() -> None:
+    """known_partitions refuses partitions the catalogue does not know; a catalogue that
+    cannot answer must not stop commits."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from rafka.gateway.handlers.topics import known_partitions
+
+    class Cache:
+        def __init__(self, answer: dict[str, object] | None) -> None:
+            self.answer = answer
+
+        async def lookup(self, ctx: object, names: list[str], auto_create: bool) -> dict[str, object]:
+            if self.answer is None:
+                raise ConnectionError("catalogue shard down")
+            return self.answer
+
+    topics = [{"name": "a", "partitions": [{"partition_index": 0}, {"partition_index": 3}]},
+              {"name": "gone", "partitions": [{"partition_index": 0}]}]
+    up = SimpleNamespace(org_id="o", gateway=SimpleNamespace(topic_cache=Cache({"a": {"partitions": 2}, "gone": None})))
+    known, refused = asyncio.run(known_partitions(up, topics))  # type: ignore[arg-type]
+    assert known == [{"name": "a", "partitions": [{"partition_index": 0}]}]
+    assert refused == [{"name": "a", "partitions": [{"partition_index": 3, "error_code": 3}]},
+                       {"name": "gone", "partitions": [{"partition_index": 0, "error_code": 3}]}]
+    down = SimpleNamespace(org_id="o", gateway=SimpleNamespace(topic_cache=Cache(None)))
+    assert asyncio.run(known_partitions(down, topics)) == (topics, [])  # type: ignore[arg-type]

@@ -10,7 +10,15 @@ import pytest
 from crc32c import crc32c
 
 from rafka.ids import log_partition
-from rafka.protocol.records import CompressionType, SimpleRecord, build_batch, parse_header, split_batches
+from rafka.protocol.records import (
+    CompressionType,
+    SimpleRecord,
+    build_batch,
+    iter_records,
+    parse_header,
+    split_batches,
+    verify_crc,
+)
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.manager import LogManager, appended_partitions
 from rafka.shard.records import Record, RecordType
@@ -532,6 +540,20 @@ def test_log_append_time_topic_stamps_batches(ctx: Ctx) -> None:
     producer_stamped = bytes(split_batches(ctx.fetch(("t", 0, 0))[0]["records"])[0])
     assert ctx.put(producer_stamped, now_ms=900)["error_code"] == Errors.INVALID_TIMESTAMP
     assert ctx.put(keyed(b"d"), now_ms=900, configs={})["log_append_time_ms"] == -1, "CreateTime again"
+
+
+@pytest.mark.parametrize("codec", list(CompressionType))
+def test_log_append_time_stamps_compressed_batches_and_replays_them_byte_for_byte(
+        ctx: Ctx, codec: CompressionType) -> None:
+    ctx.put(keyed(b"a", b"b", compression=codec), now_ms=555, configs={"message.timestamp.type": "LogAppendTime"})
+    [stored] = split_batches(ctx.fetch(("t", 0, 0))[0]["records"])
+    assert verify_crc(stored) and parse_header(stored).compression == codec
+    assert [r.key for r in iter_records(stored)] == [b"a", b"b"], "the records are untouched"
+    fresh = LogManager()
+    for r in ctx.records:  # through msgpack, as the write-ahead log stores them
+        raw = msgpack.unpackb(msgpack.packb([r.type, r.key, r.value]))
+        fresh.replay(Record(raw[0], tuple(raw[1]), raw[2]))
+    assert fresh.logs[(ORG, "t", 0)].segments[0].batches == ctx.manager.logs[(ORG, "t", 0)].segments[0].batches
 
 
 def test_min_insync_replicas_is_capped_at_the_one_replica(ctx: Ctx) -> None:
