@@ -4,7 +4,7 @@ manual assignments of new partitions, and offsets of partitions that do not exis
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from tests.integration.clients import create_topic
@@ -82,3 +82,34 @@ def test_describe_broker_configs(rafka: Rafka) -> None:
     assert (default["error_code"], default["configs"]) == (0, [])
     assert (other["error_code"], other["error_message"]) == (
         42, "Unexpected broker id, expected 0 or empty string, but received 7")
+
+
+def test_list_offsets_and_fetch_refuse_partitions_as_kafka(rafka: Rafka) -> None:
+    """ListOffsets answers INVALID_REQUEST for each copy of a partition named twice; Fetch
+    answers UNKNOWN_TOPIC_OR_PARTITION for a partition index the topic does not have."""
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    p = Producer({"bootstrap.servers": rafka.bootstrap})
+    for i in range(3):
+        p.produce(topic, value=b"v%d" % i, partition=0)
+    assert p.flush(10) == 0
+    latest = {"current_leader_epoch": -1, "timestamp": -1}
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        listed = raw.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, **latest}, {"partition_index": 0, **latest},
+                                           {"partition_index": 4, **latest}]}]})
+        assert [(q["partition_index"], q["error_code"]) for q in listed["topics"][0]["partitions"]] \
+            == [(0, 42), (0, 42), (4, 3)]
+        single = raw.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, **latest}]}]})
+        assert single["topics"][0]["partitions"][0]["offset"] == 3
+        fetch = {"fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+                 "log_start_offset": -1}
+        fetched = raw.request(1, 11, {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                                      "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+                                          {"topic": topic, "partitions": [{"partition": 0, **fetch},
+                                                                          {"partition": 5, **fetch}]}],
+                                      "forgotten_topics_data": [], "rack_id": ""})
+    parts = fetched["responses"][0]["partitions"]
+    assert [(q["partition_index"], q["error_code"]) for q in parts] == [(0, 0), (5, 3)]
+    assert parts[0]["records"], "the real partition's records come back beside the refusal"

@@ -335,7 +335,7 @@ def test_a_transactional_write_outside_the_producers_transaction_is_refused(brok
     topic, tid = _name("verified"), _name("tx")
     create_topic(broker.bootstrap, topic, 2)
     with RawClient("127.0.0.1", broker.port) as c:
-        init = c.request(22, 4, {"transactional_id": tid, "transaction_timeout_ms": 60000, "producer_id": -1,
+        init = c.request(22, 4, {"transactional_id": tid, "transaction_timeout": 60000, "producer_id": -1,
                                  "producer_epoch": -1})
         pid, epoch = init["producer_id"], init["producer_epoch"]
         sequences = {0: 0, 1: 0}
@@ -383,3 +383,35 @@ def test_txn_offset_commit_to_partitions_that_do_not_exist(broker: Rafka) -> Non
         resp = c.request(28, 3, request)
     assert sorted((t["name"], p["partition_index"], p["error_code"]) for t in resp["topics"] for p in t["partitions"]) \
         == [(src, 3, 3), (src + "-missing", 0, 3)]
+
+
+def test_init_producer_id_and_a_fenced_producers_write_answer_as_kafka(broker: Rafka) -> None:
+    """InitProducerId refuses an empty transactional id (INVALID_REQUEST) and a timeout of 0
+    (INVALID_TRANSACTION_TIMEOUT); a batch from a producer fenced by a newer epoch answers
+    INVALID_PRODUCER_EPOCH, as Kafka's verification maps PRODUCER_FENCED, and is not stored."""
+    from rafka.protocol.records import SimpleRecord, build_batch
+
+    topic, tid = _name("fenced"), _name("tx")
+    create_topic(broker.bootstrap, topic, 1)
+    with RawClient("127.0.0.1", broker.port) as c:
+        def init(transactional_id: str, timeout: int) -> dict[str, Any]:
+            return c.request(22, 4, {"transactional_id": transactional_id, "transaction_timeout": timeout,
+                                     "producer_id": -1, "producer_epoch": -1})
+
+        assert init("", 60000)["error_code"] == 42
+        assert init(tid, 0)["error_code"] == 50
+        first = init(tid, 60000)
+        assert first["error_code"] == 0
+        pid, epoch = first["producer_id"], first["producer_epoch"]
+        added = c.request(24, 3, {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+                                  "v3_and_below_producer_epoch": epoch,
+                                  "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
+        assert added["results_by_topic_v3_and_below"][0]["results_by_partition"][0]["partition_error_code"] == 0
+        second = init(tid, 60000)  # fences the first producer, aborting its transaction
+        assert (second["error_code"], second["producer_id"]) == (0, pid) and second["producer_epoch"] > epoch
+        batch = build_batch([SimpleRecord(b"k", b"late", int(time.time() * 1000), [])], producer_id=pid,
+                            producer_epoch=epoch, base_sequence=0, transactional=True)
+        resp = c.request(0, 9, {"transactional_id": tid, "acks": -1, "timeout": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+        assert resp["responses"][0]["partition_responses"][0]["error_code"] == 47  # INVALID_PRODUCER_EPOCH
+    assert _read(broker.bootstrap, topic, 1, "read_uncommitted", wait=2.0) == []

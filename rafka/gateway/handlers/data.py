@@ -19,6 +19,7 @@ requests are split per owning shard and the answers merged in request order.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import itertools
 import uuid
@@ -156,24 +157,25 @@ async def _unverified(ctx: RequestContext, transactional_id: str, parts: list[di
         except Exception:  # the coordinator is down: retriable for a producer, as Kafka maps it
             out.update((k, Err.NOT_ENOUGH_REPLICAS) for k in keys)
             continue
-        out.update(((t, p), code) for t, p, code in resp["errors"])
+        # Kafka's AddPartitionsToTxnManager answers a fenced producer's batch INVALID_PRODUCER_EPOCH
+        out.update(((t, p), Err.INVALID_PRODUCER_EPOCH if code == Err.PRODUCER_FENCED else code)
+                   for t, p, code in resp["errors"])
     return out
 
 
-async def _resolve_fetch_topics(ctx: RequestContext, req: dict[str, Any]) -> list[tuple[dict[str, Any], str | None, Any, int]]:
-    """(request topic, topic name or None, topic id, incarnation) for each requested topic."""
+async def _resolve_fetch_topics(ctx: RequestContext, req: dict[str, Any]) -> list[tuple[dict[str, Any], str | None, Any, dict[str, Any]]]:
+    """(request topic, topic name or None, topic id, topic info or {}) for each requested topic."""
     out = []
     cache = topic_cache(ctx)
     if ctx.api_version >= 13:
         for t in req["topics"]:
             info = await cache.by_id(ctx, str(t["topic_id"]))
-            out.append((t, info["name"] if info else None, t["topic_id"], info.get("incarnation", 0) if info else 0))
+            out.append((t, info["name"] if info else None, t["topic_id"], info or {}))
     else:
         infos = await cache.lookup(ctx, [t["topic"] for t in req["topics"]], False)
         for t in req["topics"]:
             info = infos.get(t["topic"])
-            out.append((t, t["topic"] if info else None, uuid.UUID(info["topic_id"]) if info else None,
-                        info.get("incarnation", 0) if info else 0))
+            out.append((t, t["topic"] if info else None, uuid.UUID(info["topic_id"]) if info else None, info or {}))
     return out
 
 
@@ -216,13 +218,14 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
                  "last_stable_offset": -1, "log_start_offset": -1, "records": b""} for p in t["partitions"]]}
             for t in req["topics"]]}
     parts = []
-    for t, name, topic_id, incarnation in resolved:
+    for t, name, topic_id, info in resolved:
         if name is None:
             continue
         for p in t["partitions"]:
-            parts.append({"topic": name, "partition": p["partition"], "fetch_offset": p["fetch_offset"],
-                          "partition_max_bytes": p["partition_max_bytes"],
-                          "topic_id": str(topic_id) if topic_id else None, "incarnation": incarnation})
+            if 0 <= p["partition"] < info["partitions"]:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION for the rest
+                parts.append({"topic": name, "partition": p["partition"], "fetch_offset": p["fetch_offset"],
+                              "partition_max_bytes": p["partition_max_bytes"],
+                              "topic_id": str(topic_id) if topic_id else None, "incarnation": info.get("incarnation", 0)})
     extra = {"max_wait_ms": req.get("max_wait", 0), "min_bytes": req.get("min_bytes", 1),
              "max_bytes": req.get("max_bytes", 2**31 - 1), "isolation_level": req.get("isolation_level", 0)}
     answers = await _parked_fetch(ctx, parts, extra) if parts else {}
@@ -234,7 +237,8 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     for t, name, topic_id, _ in resolved:
         prs = []
         for p in t["partitions"]:
-            a = answers.get((name, p["partition"]), {"error_code": missing}) if name else {"error_code": missing}
+            a = (answers.get((name, p["partition"]), {"error_code": Err.UNKNOWN_TOPIC_OR_PARTITION})
+                 if name else {"error_code": missing})
             prs.append({"partition_index": p["partition"], "error_code": a.get("error_code", 0),
                         "high_watermark": a.get("high_watermark", -1), "last_stable_offset": a.get("last_stable_offset", -1),
                         "log_start_offset": a.get("log_start_offset", -1),
@@ -247,12 +251,16 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 @api(2, 1, 9, "data.list-offsets")
 async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
+    named = collections.Counter((t["name"], p["partition_index"]) for t in req["topics"] for p in t["partitions"])
+    duplicated = {k for k, n in named.items() if n > 1}  # Kafka answers each INVALID_REQUEST
     parts = [{"topic": t["name"], "partition": p["partition_index"], "timestamp": p["timestamp"],
               **_incarnation(infos[t["name"]])}  # type: ignore[arg-type]
              for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
-             if p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
+             if 0 <= p["partition_index"] < infos[t["name"]]["partitions"]  # type: ignore[index]
+             and (t["name"], p["partition_index"]) not in duplicated]
     answers = await _split_call(ctx, Op.LIST_OFFSETS, parts, {"isolation_level": req.get("isolation_level", 0)}) if parts else {}
     _forget_stale(ctx, answers)
+    answers.update((k, {"error_code": Err.INVALID_REQUEST}) for k in duplicated)
     topics = []
     for t in req["topics"]:
         prs = []
@@ -271,7 +279,7 @@ async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, 
     parts = [{"topic": t["name"], "partition": p["partition_index"], "offset": p["offset"],
               **_incarnation(infos[t["name"]]), **_configs(infos[t["name"]])}  # type: ignore[arg-type]
              for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
-             if p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
+             if 0 <= p["partition_index"] < infos[t["name"]]["partitions"]]  # type: ignore[index]
     answers = await _split_call(ctx, Op.DELETE_RECORDS, parts, {}) if parts else {}
     _forget_stale(ctx, answers)
     topics = []
@@ -287,6 +295,8 @@ async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, 
 
 @api(22, 0, 5, "data.init-producer-id")
 async def init_producer_id(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    if req.get("transactional_id") == "":  # Kafka's TransactionCoordinator: empty is not null
+        return {"throttle_time": 0, "error_code": Err.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
     if req.get("transactional_id"):
         from rafka.gateway.handlers.txn import init_transactional_producer_id
 

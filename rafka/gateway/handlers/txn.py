@@ -49,7 +49,7 @@ async def _call_txn(ctx: RequestContext, op: Op, tid: str, payload: dict[str, An
 async def init_transactional_producer_id(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     """InitProducerId with a transactional id; an Ongoing transaction is fenced and aborted first."""
     payload = {"transactional_id": req["transactional_id"],
-               "transaction_timeout_ms": req.get("transaction_timeout") or 60_000,
+               "transaction_timeout_ms": req["transaction_timeout"],
                "producer_id": req.get("producer_id", -1), "producer_epoch": req.get("producer_epoch", -1)}
     for _attempt in range(3):
         resp, err = await _call_txn(ctx, Op.TXN_INIT_PRODUCER_ID, req["transactional_id"], payload)
