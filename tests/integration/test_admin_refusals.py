@@ -113,3 +113,21 @@ def test_list_offsets_and_fetch_refuse_partitions_as_kafka(rafka: Rafka) -> None
     parts = fetched["responses"][0]["partitions"]
     assert [(q["partition_index"], q["error_code"]) for q in parts] == [(0, 0), (5, 3)]
     assert parts[0]["records"], "the real partition's records come back beside the refusal"
+
+
+def test_create_topics_refuses_duplicates_and_the_metadata_topic(rafka: Rafka) -> None:
+    """As Kafka's controller: a name given twice is INVALID_REQUEST "Duplicate topic name."
+    (answered once, nothing created), and ``__cluster_metadata`` cannot be created."""
+    dup, ok = _name("dup"), _name("ok")
+
+    def topic(name: str) -> dict[str, object]:
+        return {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
+
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        resp = raw.request(19, 7, {"topics": [topic(dup), topic(ok), topic(dup), topic("__cluster_metadata")],
+                                   "timeout_ms": 5000, "validate_only": False})
+    assert [(t["name"], t["error_code"], t["error_message"]) for t in resp["topics"]] == [
+        (dup, 42, "Duplicate topic name."), (ok, 0, None),
+        ("__cluster_metadata", 42, "Creation of internal topic __cluster_metadata is prohibited.")]
+    listed = AdminClient({"bootstrap.servers": rafka.bootstrap}).list_topics(timeout=10).topics
+    assert ok in listed and dup not in listed and "__cluster_metadata" not in listed

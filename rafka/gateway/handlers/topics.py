@@ -13,6 +13,7 @@ The catalogue of an organisation is owned by the shard of ``stable_hash(org_id,
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import uuid
 from typing import Any
@@ -243,10 +244,20 @@ def _assignment_refusal(t: dict[str, Any], node_id: int) -> tuple[int, str] | No
     return None
 
 
+def _creation_refusal(topic: dict[str, Any], copies: int, node_id: int) -> tuple[int, str] | None:
+    """Why Kafka's controller refuses to create ``topic`` before looking at it, if it does."""
+    if copies > 1:
+        return Err.INVALID_REQUEST, "Duplicate topic name."
+    if topic["name"] == "__cluster_metadata":
+        return Err.INVALID_REQUEST, "Creation of internal topic __cluster_metadata is prohibited."
+    return _assignment_refusal(topic, node_id)
+
+
 @api(19, 2, 7, "kafka.create-topics")
 async def create_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    counts = collections.Counter(t["name"] for t in req["topics"])
     refused = {t["name"]: why for t in req["topics"]
-               if (why := _assignment_refusal(t, ctx.gateway.node_id)) is not None}
+               if (why := _creation_refusal(t, counts[t["name"]], ctx.gateway.node_id)) is not None}
     wanted = [t for t in req["topics"] if t["name"] not in refused]
     payload = {"topics": [{"name": t["name"],
                            "num_partitions": len(t["assignments"]) if t.get("assignments") else t["num_partitions"],
@@ -260,9 +271,8 @@ async def create_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
         code = Err.REQUEST_TIMED_OUT if coordinator_error(exc) else Err.UNKNOWN_SERVER_ERROR
         return {"topics": [{"name": t["name"], "error_code": code, "error_message": str(exc)} for t in req["topics"]]}
     answers = {t["name"]: t for t in resp["topics"]}
-    resp["topics"] = [answers.get(t["name"]) or {"name": t["name"], "error_code": refused[t["name"]][0],
-                                                 "error_message": refused[t["name"]][1]}
-                      for t in req["topics"]]
+    resp["topics"] = [answers.get(name) or {"name": name, "error_code": refused[name][0], "error_message": refused[name][1]}
+                      for name in counts]  # a duplicated name is answered once, as Kafka's controller does
     topic_cache(ctx).invalidate(ctx.org_id)
     for t in resp["topics"]:
         t["topic_id"] = uuid.UUID(t["topic_id"]) if t.get("topic_id") else uuid.UUID(int=0)
