@@ -233,3 +233,30 @@ def test_a_groups_own_configs_set_its_timings_and_survive_a_restart(tmp_path: Pa
         assert described() == {k: (v, "DYNAMIC_GROUP_CONFIG") for k, v in wanted.items()}
     finally:
         b.stop()
+
+
+def test_a_replaced_static_member_is_fenced_by_its_instance_id(broker: Rafka) -> None:
+    """A static member that left (epoch -2) and was replaced under its instance id is told
+    FENCED_INSTANCE_ID when it comes back, as Kafka looks static members up by instance id."""
+    from tests.rawclient import RawClient
+
+    group, topic = f"g-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(broker.bootstrap, topic, 2)
+    old, new = uuid.uuid4().hex, uuid.uuid4().hex
+    with RawClient("127.0.0.1", broker.port) as c:
+        def hb(member_id: str, epoch: int) -> dict[str, Any]:
+            joining = epoch == 0
+            return c.request(68, 1, {"group_id": group, "member_id": member_id, "member_epoch": epoch,
+                                     "instance_id": "instance-1", "rack_id": None,
+                                     "rebalance_timeout": 30000 if joining else -1,
+                                     "subscribed_topic_names": [topic] if joining else None,
+                                     "subscribed_topic_regex": None, "server_assignor": None,
+                                     "topic_partitions": [] if joining else None})
+
+        assert hb(old, 0)["error_code"] == 0
+        assert hb(new, 0)["error_code"] == 111  # UNRELEASED_INSTANCE_ID while the first one holds it
+        assert hb(old, -2)["error_code"] == 0
+        assert hb(new, 0)["error_code"] == 0
+        zombie = hb(old, 1)
+    assert (zombie["error_code"], zombie["error_message"]) == (
+        82, f"Static member {old} with instance id instance-1 was fenced by member {new}.")

@@ -192,3 +192,24 @@ def test_authorized_operations_when_asked_for(rafka: Rafka) -> None:
     assert set(g.authorized_operations) == {Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS}
     assert admin.describe_consumer_groups([group])[group].result(10).authorized_operations is None
     assert admin.describe_cluster().result(10).authorized_operations is None
+
+
+def test_metadata_names_and_internal_topics_as_kafka(rafka: Rafka) -> None:
+    """Metadata answers an empty name INVALID_TOPIC_EXCEPTION and a name asked twice once;
+    ``__consumer_offsets`` is internal, and a producer cannot write to it (INVALID_TOPIC_EXCEPTION)."""
+    import uuid
+
+    from confluent_kafka import KafkaError, Producer
+
+    none = uuid.UUID(int=0)
+    with RawClient("127.0.0.1", rafka.port) as c:
+        resp = c.request(3, 12, {"topics": [{"name": n, "topic_id": none} for n in ("", "__consumer_offsets",
+                                                                                    "__consumer_offsets")],
+                                 "allow_auto_topic_creation": True, "include_topic_authorized_operations": False})
+    assert [(t["name"], t["error_code"], t["is_internal"]) for t in resp["topics"]] == [
+        ("", 17, False), ("__consumer_offsets", 0, True)]
+    errors: list[KafkaError | None] = []
+    p = Producer({"bootstrap.servers": rafka.bootstrap})
+    p.produce("__consumer_offsets", b"x", on_delivery=lambda err, _msg: errors.append(err))
+    p.flush(10)
+    assert [e.code() if e else None for e in errors] == [KafkaError.TOPIC_EXCEPTION]

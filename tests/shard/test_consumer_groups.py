@@ -38,8 +38,8 @@ class Ctx(GroupsTestContext):
               "rebalance_timeout": kw.pop("rebalance_timeout", 30_000 if epoch == 0 else -1),
               "subscribed_topic_names": topics, "subscribed_topic_regex": kw.pop("regex", None),
               "server_assignor": kw.pop("assignor", None),
-              "topic_partitions": None if owned is None else [{"topic_id": t, "partitions": sorted(ps)}
-                                                              for t, ps in owned.items()],
+              "topic_partitions": ([] if epoch == 0 else None) if owned is None else [
+                  {"topic_id": t, "partitions": sorted(ps)} for t, ps in owned.items()],
               "api_version": 1, "topics": meta if meta is not None else {"t": {"topic_id": T1, "partitions": 6}}}
         op.update(kw)
         response = Response()
@@ -82,11 +82,22 @@ def test_invalid_requests() -> None:
     assert ctx.hb("m1", 0, None).error == Errors.INVALID_REQUEST  # no subscription on join
     assert ctx.hb("m1", 0, ["t"], rebalance_timeout=-1).error == Errors.INVALID_REQUEST
     assert ctx.hb("m1", 0, ["t"], owned={T1: {0}}).error == Errors.INVALID_REQUEST
+    assert ctx.hb("m1", 0, ["t"], topic_partitions=None).error == Errors.INVALID_REQUEST  # null, not empty
+    assert ctx.hb("m1", -3, None).error == Errors.INVALID_REQUEST
+    assert ctx.hb("", -2, None, instance_id="i", api_version=0).error == Errors.GROUP_ID_NOT_FOUND  # v0: id optional
     assert ctx.hb("m1", -2, None).error == Errors.INVALID_REQUEST  # -2 needs an instance id
     assert ctx.hb("m1", 0, ["t"], assignor="sticky").error == Errors.UNSUPPORTED_ASSIGNOR
     assert ctx.hb("m1", 3, None).error == Errors.GROUP_ID_NOT_FOUND
     ctx.hb("m1", 0, ["t"])
     assert ctx.hb("nobody", 1, None).error == Errors.UNKNOWN_MEMBER_ID
+
+
+def test_joining_with_an_empty_regex_subscribes_to_nothing() -> None:
+    """Kafka 4 accepts an empty list of names or an empty regex on join: a member of the group
+    subscribed to no topic."""
+    ctx = Ctx()
+    r = ctx.hb("m1", 0, None, regex="")
+    assert r.error == Errors.NONE and r["member_epoch"] == 1 and parts(r) == {}
 
 
 def test_second_member_waits_for_revocation_before_getting_partitions() -> None:
@@ -205,7 +216,10 @@ def test_static_member_temporary_leave_and_rejoin() -> None:
     r = ctx.hb("a2", 0, ["t"], instance_id="i")
     assert r.error == Errors.NONE and r["member_epoch"] == 1 and parts(r) == {T1: set(range(6))}
     assert set(g.members) == {"a2"} and g.group_epoch == epoch  # no rebalance
-    assert ctx.hb("a1", 1, None, instance_id="i").error in (Errors.UNKNOWN_MEMBER_ID, Errors.FENCED_INSTANCE_ID)
+    zombie = ctx.hb("a1", 1, None, instance_id="i")  # found by instance id, as in Kafka: fenced, not unknown
+    assert (zombie.error, zombie["error_message"]) == (
+        Errors.FENCED_INSTANCE_ID, "Static member a1 with instance id i was fenced by member a2.")
+    assert ctx.hb("a1", 1, None, instance_id="other").error == Errors.UNKNOWN_MEMBER_ID
 
 
 def test_topic_metadata_change_bumps_epoch() -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, partition_error
-from rafka.gateway.handlers.topics import group_call, topic_cache
+from rafka.gateway.handlers.topics import INTERNAL_TOPICS, group_call, topic_cache
 from rafka.protocol.records import BATCH_HEADER_SIZE, CompressionType, parse_header
 from rafka.rail import Op
 
@@ -109,6 +109,9 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
                 continue
             if info is None or not 0 <= p["index"] < info["partitions"]:
                 errors[key] = Err.UNKNOWN_TOPIC_OR_PARTITION if info else missing
+                continue
+            if t["name"] in INTERNAL_TOPICS:  # Kafka: "Cannot append to internal topic"
+                errors[key] = Err.INVALID_TOPIC_EXCEPTION
                 continue
             records = p.get("records") or b""
             if ctx.api_version < 7 and _zstd(records):

@@ -34,6 +34,10 @@ def group_call(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, An
     return router.call(router.shard_for_group(ctx.org_id, group_id), op, ctx.org_id, payload, ctx.trace)
 
 
+# Kafka's internal topics (Topic.isInternal): marked so in Metadata; clients cannot produce to them
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
 def catalog_call(ctx: RequestContext, op: Op, payload: dict[str, Any]) -> asyncio.Future[Any]:
     """Call the shard that owns this organisation's topic catalogue."""
     router = ctx.gateway.router
@@ -47,7 +51,7 @@ def _topic_entry(ctx: RequestContext, t: dict[str, Any], operations: int = acl.O
         "error_code": t.get("error_code", 0),
         "name": t["name"],
         "topic_id": uuid.UUID(topic_id) if topic_id else uuid.UUID(int=0),
-        "is_internal": False,
+        "is_internal": t["name"] in INTERNAL_TOPICS,
         "partitions": [{"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": 0,
                         "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
                        for p in range(t.get("partitions", 0))],
@@ -63,9 +67,10 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     if requested is None or (ctx.api_version == 0 and not requested):
         names = None
     else:
-        names = [t.get("name") for t in requested if t.get("name")]
+        # a name asked for twice is answered once; "" is an invalid name (INVALID_TOPIC_EXCEPTION)
+        names = list(dict.fromkeys(t["name"] for t in requested if t.get("name") is not None))
         # v10+: a topic may be asked for by id alone (KIP-848 consumers resolve assigned topic ids so)
-        by_id = [t["topic_id"] for t in requested if not t.get("name") and t.get("topic_id") and t["topic_id"].int]
+        by_id = [t["topic_id"] for t in requested if t.get("name") is None and t.get("topic_id") and t["topic_id"].int]
     auto_create = bool(req.get("allow_auto_topic_creation", True)) and ctx.gateway.config.auto_create_topics
     payload = {"names": names, "auto_create": auto_create and names is not None,
                "default_partitions": ctx.gateway.config.default_partitions}

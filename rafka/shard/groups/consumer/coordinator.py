@@ -84,6 +84,17 @@ def revocation_key(org_id: str, group_id: str, member_id: str) -> str:
     return repr(("cg-revoke", org_id, group_id, member_id))
 
 
+def _check_static_member(group: ConsumerGroup, instance_id: str, member_id: str) -> None:
+    """UNKNOWN_MEMBER_ID for an instance id the group does not know, FENCED_INSTANCE_ID when
+    another member holds it (Kafka's throwIfStaticMemberIsUnknown, throwIfInstanceIdIsFenced)."""
+    static_id = group.static_members.get(instance_id)
+    if static_id is None:
+        raise RequestError(Errors.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+    if static_id != member_id:
+        raise RequestError(Errors.FENCED_INSTANCE_ID, f"Static member {member_id} with instance id {instance_id} "
+                                                      f"was fenced by member {static_id}.")
+
+
 def _owned(op_parts: list[dict[str, Any]] | None) -> Assignment | None:
     if op_parts is None:
         return None
@@ -269,8 +280,12 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
         return records
 
     def _validate(self, op: dict[str, Any]) -> None:
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid (an op without ``topic_partitions``
+        owns nothing; the gateway passes the request's null as None)."""
         version = op.get("api_version", 1)
         epoch = op.get("member_epoch", 0)
+        if (version >= 1 or epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH) and not op.get("member_id"):
+            raise RequestError(Errors.INVALID_REQUEST, "MemberId can't be empty.")
         if not op.get("group_id"):
             raise RequestError(Errors.INVALID_REQUEST, "GroupId can't be empty.")
         if op.get("instance_id") == "":
@@ -278,26 +293,22 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
         if op.get("rack_id") == "":
             raise RequestError(Errors.INVALID_REQUEST, "RackId can't be empty.")
         if epoch == 0:
-            if op.get("rebalance_timeout", -1) is None or op.get("rebalance_timeout", -1) < 0:
+            if op.get("rebalance_timeout", -1) in (-1, None):
                 raise RequestError(Errors.INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
-            if op.get("topic_partitions"):
+            if op.get("topic_partitions", ()) is None or op.get("topic_partitions"):
                 raise RequestError(Errors.INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
-            if op.get("subscribed_topic_names") is None and not op.get("subscribed_topic_regex"):
-                raise RequestError(Errors.INVALID_REQUEST,
-                                   "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
-            if version >= 1 and not op.get("member_id"):
-                raise RequestError(Errors.INVALID_REQUEST, "MemberId can't be empty.")
+            # an empty list of names or an empty regex joins the group subscribed to nothing
+            if op.get("subscribed_topic_names") is None and op.get("subscribed_topic_regex") is None:
+                raise RequestError(Errors.INVALID_REQUEST, "Either SubscribedTopicNames or SubscribedTopicRegex "
+                                                           "must be non-null when (re-)joining.")
         elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             if op.get("instance_id") is None:
-                raise RequestError(Errors.INVALID_REQUEST,
-                                   "InstanceId can't be null when MemberEpoch is -2 (static member leave).")
+                raise RequestError(Errors.INVALID_REQUEST, "InstanceId can't be null.")
         elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise RequestError(Errors.INVALID_REQUEST, f"MemberEpoch {epoch} is invalid.")
-        if epoch != 0 and not op.get("member_id"):
-            raise RequestError(Errors.INVALID_REQUEST, "MemberId can't be empty.")
+            raise RequestError(Errors.INVALID_REQUEST, "MemberEpoch is invalid.")
         assignor = op.get("server_assignor")
         if assignor is not None and assignor not in self.config.consumer_assignors:
-            raise RequestError(Errors.UNSUPPORTED_ASSIGNOR, f"Assignor {assignor} is not supported. "
+            raise RequestError(Errors.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {assignor} is not supported. "
                                f"Supported assignors: {', '.join(self.config.consumer_assignors)}.")
 
     def _get_or_create_group(self, org_id: str, group_id: str, create: bool, now_ms: int,
@@ -367,11 +378,11 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
                     member.state, member.member_epoch = STABLE, 0
                     member.previous_member_epoch = existing.member_epoch
         else:
+            if instance_id is not None:  # a static member is found by its instance id, as in Kafka
+                _check_static_member(group, instance_id, member_id)
             member = group.members.get(member_id)
             if member is None:
                 raise RequestError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
-            if instance_id is not None and group.static_members.get(instance_id) != member_id:
-                raise RequestError(Errors.FENCED_INSTANCE_ID, f"Instance id {instance_id} is fenced.")
             if epoch > member.member_epoch:
                 raise RequestError(Errors.FENCED_MEMBER_EPOCH,
                                    f"The consumer group member has a greater member epoch ({epoch}) than the "
@@ -449,11 +460,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
     def _leave(self, group: ConsumerGroup, member_id: str, instance_id: str | None, epoch: int,
                now_ms: int, records: list[Record]) -> dict[str, Any]:
         if instance_id is not None:
-            known = group.static_members.get(instance_id)
-            if known is None:
-                raise RequestError(Errors.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-            if known != member_id:
-                raise RequestError(Errors.FENCED_INSTANCE_ID, f"Instance id {instance_id} is fenced.")
+            _check_static_member(group, instance_id, member_id)
         member = group.members.get(member_id)
         if member is None:
             raise RequestError(Errors.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
