@@ -260,3 +260,32 @@ def test_a_replaced_static_member_is_fenced_by_its_instance_id(broker: Rafka) ->
         zombie = hb(old, 1)
     assert (zombie["error_code"], zombie["error_message"]) == (
         82, f"Static member {old} with instance id instance-1 was fenced by member {new}.")
+
+
+def test_regex_subscriptions_are_re2(broker: Rafka) -> None:
+    """A confluent-kafka consumer subscribed by regex is assigned the matching topics only; a
+    regex RE2 (Kafka's RE2/J) does not accept is INVALID_REGULAR_EXPRESSION with Kafka's words."""
+    from tests.rawclient import RawClient
+
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    for name in (f"{prefix}-a", f"{prefix}-b", f"x{prefix}-c"):
+        create_topic(broker.bootstrap, name, 1)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{prefix}", "group.protocol": "consumer",
+                  "topic.metadata.refresh.interval.ms": 1000})
+    c.subscribe([f"^{prefix}-.*"])
+    try:
+        def assigned() -> set[str]:
+            c.poll(0.1)
+            return {tp.topic for tp in c.assignment()}
+
+        wait_for(lambda: assigned() == {f"{prefix}-a", f"{prefix}-b"}, 30, "the two matching topics")
+    finally:
+        c.close()
+    with RawClient("127.0.0.1", broker.port) as raw:
+        for regex in ("(?=x).*", r"(a)\1"):
+            r = raw.request(68, 1, {"group_id": f"g2-{prefix}", "member_id": uuid.uuid4().hex, "member_epoch": 0,
+                                    "instance_id": None, "rack_id": None, "rebalance_timeout": 30000,
+                                    "subscribed_topic_names": None, "subscribed_topic_regex": regex,
+                                    "server_assignor": None, "topic_partitions": []})
+            assert r["error_code"] == 128, regex
+            assert r["error_message"].startswith(f"SubscribedTopicRegex `{regex}` is not a valid regular expression: ")

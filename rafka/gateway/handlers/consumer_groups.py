@@ -6,19 +6,20 @@ catalogue shard, so the gateway resolves what the group subscribes to and passes
 it in the op: ``topics`` ``{name: {"topic_id", "partitions"} | None}`` for the
 request's ``subscribed_topic_names`` plus the names the group's other members
 subscribe to (learnt from the shard's previous replies), and ``regex_topics``
-``{regex: [names]}`` for regex subscriptions (v1), matched with Python ``re``
-``fullmatch`` against the organisation's whole topic list — Kafka uses RE2/J, so
-RE2-only syntax (``\\C``, ``\\pN`` forms) or Python-only syntax (lookarounds,
-backreferences) may differ.
+``{regex: [names]}`` for regex subscriptions (v1), each a full match against the
+organisation's whole topic list. Regexes are RE2's syntax (google-re2), as Kafka's
+RE2/J: lookarounds and backreferences are INVALID_REGULAR_EXPRESSION.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+import functools
 import time
 import uuid
 from typing import Any
+
+import re2
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
@@ -28,6 +29,20 @@ from rafka.rail import Op
 
 INVALID_REGULAR_EXPRESSION = 128
 _ALL_TOPICS_TTL = 1.0
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a client's bad regex is its error, not ours to log
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_regex(regex: str) -> tuple[Any, str | None]:
+    """The compiled RE2 pattern, or None and Kafka's INVALID_REGULAR_EXPRESSION message."""
+    try:
+        return re2.compile(regex, _RE2_OPTIONS), None
+    except re2.error as exc:
+        why = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        return None, f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {why}."
 
 
 def _subscriptions(ctx: RequestContext) -> dict[tuple[str, str], dict[str, list[str]]]:
@@ -85,11 +100,9 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict[str, Any]) -> 
     regexes = set(known.get("regexes", []))
     own_regex = req.get("subscribed_topic_regex")
     if own_regex:
-        try:
-            re.compile(own_regex)
-        except re.error as exc:
-            return _error(INVALID_REGULAR_EXPRESSION, f"Invalid regular expression {own_regex!r}: {exc}",
-                          req.get("member_id"))
+        why = compile_regex(own_regex)[1]
+        if why is not None:
+            return _error(INVALID_REGULAR_EXPRESSION, why, req.get("member_id"))
         regexes.add(own_regex)
     topics: dict[str, Any] = {}
     regex_topics: dict[str, list[str]] = {}
@@ -97,9 +110,8 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict[str, Any]) -> 
         if regexes:
             listing = await _all_topics(ctx)
             for regex in regexes:
-                try:
-                    pattern = re.compile(regex)
-                except re.error:
+                pattern = compile_regex(regex)[0]
+                if pattern is None:
                     continue
                 matched = [t for t in listing if pattern.fullmatch(t["name"])]
                 regex_topics[regex] = [t["name"] for t in matched]
