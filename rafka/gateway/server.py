@@ -66,6 +66,8 @@ UNSUPPORTED_VERSION = 35
 PRE_AUTH_APIS = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 # A handler's response dict holding this key (True) is written and then the connection closed.
 CLOSE_AFTER = "_rafka_close_after"
+# ... holding this one is not written: the connection closes once the responses before it are out.
+CLOSE_INSTEAD = "_rafka_close_instead"
 
 _connection: contextvars.ContextVar[KafkaConnection] = contextvars.ContextVar("rafka_connection")
 
@@ -417,6 +419,8 @@ class KafkaConnection(asyncio.Protocol):
             return None
         if resp is None:
             return None
+        if resp.get(CLOSE_INSTEAD):
+            return _Closing(b"")
         cls = codec.response_class(ctx.api_key, ctx.api_version)
         data = fastwrite.encode_response(cls, ctx.correlation_id, resp)
         return _Closing(data) if resp.get(CLOSE_AFTER) else data

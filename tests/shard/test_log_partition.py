@@ -26,10 +26,18 @@ def append(log: PartitionLog, data: bytes | list[bytes], now_ms: int = 0, config
 
 def test_offsets_are_assigned_sequentially_from_log_end() -> None:
     log = PartitionLog()
-    plans = [append(log, batch(n, base_offset=999)) for n in (3, 1, 5)]
+    plans = [append(log, batch(n)) for n in (3, 1, 5)]
     assert [p.base_offset for p in plans] == [0, 3, 4] and log.log_end_offset == log.high_watermark == 9
     stored = [parse_header(b).base_offset for b in log.segments[0].batches]
     assert stored == [0, 3, 4]
+
+
+def test_a_client_batch_must_start_at_offset_zero() -> None:
+    """As Kafka's analyzeAndValidateRecords: a producer's batch with another base offset is refused."""
+    log = PartitionLog()
+    plan = log.prepare_append([batch(2, base_offset=999)], 0, None, "t-0")
+    assert plan.error == Errors.INVALID_RECORD and log.log_end_offset == 0
+    assert plan.message == "The baseOffset of the record batch in the append to t-0 should be 0, but it is 999"
 
 
 def test_several_batches_in_one_append() -> None:

@@ -22,15 +22,18 @@ import asyncio
 import collections
 import datetime
 import itertools
+import logging
 import uuid
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, partition_error
 from rafka.gateway.handlers.topics import INTERNAL_TOPICS, group_call, topic_cache
+from rafka.gateway.server import CLOSE_INSTEAD
 from rafka.protocol.records import BATCH_HEADER_SIZE, CompressionType, parse_header
 from rafka.rail import Op
 
+log = logging.getLogger("rafka.gateway")
 _fetch_ids = itertools.count(1)
 _gateway_tag = uuid.uuid4().hex[:8]
 
@@ -125,7 +128,13 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
     answers = await _split_call(ctx, Op.PRODUCE, parts, {"acks": acks, "timeout_ms": req.get("timeout", 0)}) if parts else {}
     _forget_stale(ctx, answers)
     if acks == 0:
-        return None
+        failed = {k: c for k, a in answers.items() if (c := a.get("error_code", 0))} | errors
+        if not failed:
+            return None
+        # Kafka closes the connection, so a fire-and-forget producer refreshes its metadata
+        log.info("closing connection from client %s: produce with acks=0 failed: %s", ctx.client_id,
+                 ", ".join(f"{t}-{p} error {c}" for (t, p), c in failed.items()))
+        return {CLOSE_INSTEAD: True}
     responses = []
     for t in req["topic_data"]:
         prs = []
@@ -212,6 +221,8 @@ async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra:
 
 @api(1, 4, 17, "data.fetch")
 async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    if req.get("session_epoch", -1) not in (0, -1):  # incremental: rafka never opened a session (KIP-227)
+        return {"throttle_time": 0, "error_code": Err.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
     try:
         resolved = await _resolve_fetch_topics(ctx, req)
     except Exception:  # the catalogue's shard is down: a retriable error for every partition

@@ -10,6 +10,7 @@ Version notes:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
@@ -24,10 +25,22 @@ def broker(ctx: RequestContext) -> dict[str, Any]:
             "port": gw.advertised_port, "rack": None}
 
 
+# KIP-511: what ApiVersions v3+ accepts as client_software_name and _version
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+INVALID_REQUEST = 42
+MISMATCHED_ENDPOINT_TYPE = 114
+UNSUPPORTED_ENDPOINT_TYPE = 115
+BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
+GROUP_COORDINATOR, TRANSACTION_COORDINATOR = 0, 1
+
+
 @api(18, 0, 4, "kafka.api-versions")
 async def api_versions(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     from rafka.gateway.server import supported_api_keys
 
+    if ctx.api_version >= 3 and not all(_SOFTWARE.fullmatch(req.get(f) or "") for f in
+                                        ("client_software_name", "client_software_version")):
+        return {"error_code": INVALID_REQUEST, "api_keys": [], "throttle_time": 0}
     return {"error_code": 0, "api_keys": supported_api_keys(), "throttle_time": 0,
             "supported_features": [], "finalized_features_epoch": -1, "finalized_features": []}
 
@@ -38,6 +51,13 @@ async def find_coordinator(ctx: RequestContext, req: dict[str, Any]) -> dict[str
     keys = req.get("coordinator_keys")
     if keys is None or ctx.api_version < 4:
         keys = [req.get("key", "")]
+    if req.get("key_type", GROUP_COORDINATOR) not in (GROUP_COORDINATOR, TRANSACTION_COORDINATOR):
+        # Kafka's CoordinatorType.forId refuses the type: the request's error response (no share groups here)
+        why = f"Unknown coordinator type received: {req['key_type']}"
+        return {"throttle_time": 0, "error_code": INVALID_REQUEST, "error_message": why, "node_id": -1,
+                "host": "", "port": -1, "coordinators": [
+                    {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
+                     "error_message": why} for k in keys]}
     coordinators = [{"key": k, "node_id": b["node_id"], "host": b["host"], "port": b["port"],
                      "error_code": 0, "error_message": None} for k in keys]
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "node_id": b["node_id"],
@@ -46,6 +66,15 @@ async def find_coordinator(ctx: RequestContext, req: dict[str, Any]) -> dict[str
 
 @api(60, 0, 1, "kafka.describe-cluster")
 async def describe_cluster(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    wanted = req.get("endpoint_type", BROKER_ENDPOINT)
+    if wanted != BROKER_ENDPOINT:  # as Kafka's AuthHelper on a broker listener (KIP-919)
+        if wanted == CONTROLLER_ENDPOINT:
+            error = (MISMATCHED_ENDPOINT_TYPE,
+                     "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER")
+        else:
+            error = (UNSUPPORTED_ENDPOINT_TYPE, f"Unsupported endpoint type {wanted}")
+        return {"throttle_time": 0, "error_code": error[0], "error_message": error[1], "endpoint_type": 1,
+                "cluster_id": "", "controller_id": -1, "brokers": [], "cluster_authorized_operations": acl.OMITTED}
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
             "cluster_id": CLUSTER_ID, "controller_id": ctx.gateway.node_id, "brokers": [broker(ctx)],
             "cluster_authorized_operations": acl.authorized(req.get("include_cluster_authorized_operations"),

@@ -187,7 +187,7 @@ class PartitionLog:
         """
         config = config or self.config
         try:
-            headers = [validate_client_batch(batch, config.max_message_bytes) for batch in batches]
+            headers = [validate_client_batch(batch, config.max_message_bytes, name) for batch in batches]
             for batch, header in zip(batches, headers, strict=True):
                 check_records(header, batch, config, now_ms, name)
         except AppendError as exc:
@@ -385,16 +385,19 @@ class AppendError(Exception):
         self.record_errors = record_errors or []
 
 
-def validate_client_batch(batch: Any, max_message_bytes: int) -> BatchHeader:
+def validate_client_batch(batch: Any, max_message_bytes: int, name: str = "") -> BatchHeader:
     """Check one producer batch in Kafka's order; raise ``AppendError`` or return its header.
 
-    Magic (INVALID_RECORD), size against ``max.message.bytes`` (MESSAGE_TOO_LARGE),
+    Magic and a base offset other than 0 (INVALID_RECORD), size against ``max.message.bytes`` (MESSAGE_TOO_LARGE),
     CRC (CORRUPT_MESSAGE), record count / control batch / missing sequence
     (INVALID_RECORD), transactional without a producer id (INVALID_RECORD).
     """
     try:
         if len(batch) > _MAGIC_OFFSET and batch[_MAGIC_OFFSET] != MAGIC_V2:
             raise InvalidRecordError(f"record batch magic {batch[_MAGIC_OFFSET]} is not 2")
+        if len(batch) >= 8 and (base_offset := int.from_bytes(batch[:8], "big", signed=True)) != 0:
+            raise InvalidRecordError(f"The baseOffset of the record batch in the append to {name} should be 0, "
+                                     f"but it is {base_offset}")
         if len(batch) > max_message_bytes:
             raise AppendError(
                 Errors.MESSAGE_TOO_LARGE,

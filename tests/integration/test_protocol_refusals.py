@@ -1,0 +1,94 @@
+"""Requests Kafka answers with an error or a closed connection, sent raw to a real broker:
+a failed acks=0 produce, a batch not at offset 0, an incremental fetch without a session,
+KIP-511 client names, unknown coordinator and endpoint types."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from rafka.protocol.records import SimpleRecord, build_batch
+from tests.integration.clients import create_topic
+from tests.integration.clients import unique_name as _name
+from tests.integration.conftest import Rafka
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+
+def _produce(topic: str, partition: int, acks: int, base_offset: int = 0) -> dict[str, object]:
+    batch = build_batch([SimpleRecord(b"k", b"v", int(time.time() * 1000), [])], base_offset=base_offset)
+    return {"transactional_id": None, "acks": acks, "timeout": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]}
+
+
+def test_a_failed_acks_0_produce_closes_the_connection(rafka: Rafka) -> None:
+    """Kafka closes the connection when an acks=0 produce fails, so the producer refreshes its
+    metadata; a successful one is not answered and the connection stays open."""
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        raw.send_raw(raw.encode(0, 9, _produce(topic, 0, acks=0)))
+        assert raw.request(18, 3, {"client_software_name": "raw", "client_software_version": "1"})["error_code"] == 0
+        raw.send_raw(raw.encode(0, 9, _produce(topic, 5, acks=0)))  # no partition 5
+        with pytest.raises(ConnectionError):
+            raw.recv_frame()
+
+
+def test_a_batch_must_start_at_offset_zero(rafka: Rafka) -> None:
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        resp = raw.request(0, 9, _produce(topic, 0, acks=-1, base_offset=100))
+    part = resp["responses"][0]["partition_responses"][0]
+    assert part["error_code"] == 87  # INVALID_RECORD
+    p = Producer({"bootstrap.servers": rafka.bootstrap})
+    p.produce(topic, b"x", partition=0)
+    assert p.flush(10) == 0
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        listed = raw.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+    assert listed["topics"][0]["partitions"][0]["offset"] == 1, "the refused batch stored nothing"
+
+
+def test_an_incremental_fetch_without_a_session_is_refused(rafka: Rafka) -> None:
+    """rafka never opens fetch sessions (it answers session id 0), so an incremental fetch names
+    a session that does not exist: FETCH_SESSION_ID_NOT_FOUND, as Kafka's FetchManager."""
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+            "log_start_offset": -1}
+
+    def fetch(session_id: int, epoch: int) -> dict[str, object]:
+        return raw.request(1, 11, {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                                   "isolation_level": 0, "session_id": session_id, "session_epoch": epoch,
+                                   "topics": [{"topic": topic, "partitions": [part]}],
+                                   "forgotten_topics_data": [], "rack_id": ""})
+
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        full = fetch(0, 0)
+        assert (full["error_code"], full["session_id"]) == (0, 0)
+        assert fetch(0, -1)["error_code"] == 0
+        assert fetch(12345, 3)["error_code"] == 70  # FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_cluster_apis_refuse_what_kafka_refuses(rafka: Rafka) -> None:
+    """ApiVersions v3 checks the client's software name and version (KIP-511); FindCoordinator
+    refuses unknown key types; DescribeCluster answers a broker endpoint only (KIP-919)."""
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        for name, version in (("bad name!", "1.0"), ("", "1.0"), ("client", "x_y")):
+            bad = raw.request(18, 3, {"client_software_name": name, "client_software_version": version})
+            assert (bad["error_code"], list(bad["api_keys"])) == (42, []), (name, version)
+        good = raw.request(18, 3, {"client_software_name": "confluent-kafka-python",
+                                   "client_software_version": "2.6.0-rdkafka-2.6.0"})
+        assert good["error_code"] == 0 and good["api_keys"]
+        found = raw.request(10, 4, {"key_type": 7, "coordinator_keys": ["g"]})
+        assert [c["error_code"] for c in found["coordinators"]] == [42]
+        assert [c["error_code"] for c in raw.request(10, 4, {"key_type": 1, "coordinator_keys": ["tx"]})[
+            "coordinators"]] == [0]
+        assert raw.request(60, 1, {"endpoint_type": 1})["error_code"] == 0
+        controller = raw.request(60, 1, {"endpoint_type": 2})
+        assert controller["error_code"] == 114 and "CONTROLLER" in controller["error_message"]
+        assert raw.request(60, 1, {"endpoint_type": 7})["error_code"] == 115
