@@ -3,6 +3,8 @@ manual assignments of new partitions, and offsets of partitions that do not exis
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
@@ -131,3 +133,25 @@ def test_create_topics_refuses_duplicates_and_the_metadata_topic(rafka: Rafka) -
         ("__cluster_metadata", 42, "Creation of internal topic __cluster_metadata is prohibited.")]
     listed = AdminClient({"bootstrap.servers": rafka.bootstrap}).list_topics(timeout=10).topics
     assert ok in listed and dup not in listed and "__cluster_metadata" not in listed
+
+
+def test_delete_topics_and_create_partitions_refuse_duplicates(rafka: Rafka) -> None:
+    """As Kafka's controller: DeleteTopics and CreatePartitions answer a name given twice
+    once, INVALID_REQUEST "Duplicate topic name.", and leave that topic as it was."""
+    dup, ok = _name("dup"), _name("ok")
+    create_topic(rafka.bootstrap, dup, 1)
+    create_topic(rafka.bootstrap, ok, 1)
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        grown = raw.request(37, 3, {"topics": [{"name": dup, "count": 2, "assignments": None},
+                                               {"name": dup, "count": 3, "assignments": None}],
+                                    "timeout_ms": 5000, "validate_only": False})
+        deleted = raw.request(20, 6, {"topics": [{"name": dup, "topic_id": uuid.UUID(int=0)},
+                                                 {"name": ok, "topic_id": uuid.UUID(int=0)},
+                                                 {"name": dup, "topic_id": uuid.UUID(int=0)}],
+                                      "timeout_ms": 5000})
+    assert [(r["name"], r["error_code"], r["error_message"]) for r in grown["results"]] == [
+        (dup, 42, "Duplicate topic name.")]
+    assert sorted((r["name"], r["error_code"], r["error_message"]) for r in deleted["responses"]) == sorted([
+        (dup, 42, "Duplicate topic name."), (ok, 0, None)])
+    listed = AdminClient({"bootstrap.servers": rafka.bootstrap}).list_topics(timeout=10).topics
+    assert ok not in listed and len(listed[dup].partitions) == 1

@@ -255,8 +255,40 @@ def test_delete_unknown_topic_and_unknown_id(ctx: Ctx) -> None:
     resp = ctx.run("delete_topics", ORG, {"topics": [{"name": "nope"}, {"topic_id": uuid.uuid4()}]})
     assert [t["error_code"] for t in resp["topics"]] == [Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID]
     ctx.create("t")
-    twice = ctx.run("delete_topics", ORG, {"topics": [{"name": "t"}, {"name": "t"}]})
-    assert [t["error_code"] for t in twice["topics"]] == [Errors.NONE, Errors.UNKNOWN_TOPIC_OR_PARTITION]
+
+
+def test_delete_refuses_what_kafka_refuses(ctx: Ctx) -> None:
+    """As Kafka's ControllerApis.deleteTopics: duplicates are answered once and not deleted,
+    an entry must name a topic one way, and a topic named by id and by name stays."""
+    t, u = ctx.create("t"), ctx.create("u")
+    ctx.create("v")
+    other = uuid.uuid4()
+    op = {"topics": [{"name": "t"}, {"name": "t"}, {"topic_id": other}, {"topic_id": other}, {},
+                     {"name": "v", "topic_id": u["topic_id"]}, {"topic_id": u["topic_id"]}, {"name": "u"},
+                     {"name": "v"}]}
+    resp = ctx.run("delete_topics", ORG, op)
+    assert [(r["name"], r["error_code"], r["error_message"]) for r in resp["topics"]] == [
+        ("t", Errors.INVALID_REQUEST, "Duplicate topic name."),
+        (None, Errors.INVALID_REQUEST, "Duplicate topic id."),
+        (None, Errors.INVALID_REQUEST, "Neither topic name nor id were specified."),
+        ("v", Errors.INVALID_REQUEST, "You may not specify both topic name and topic id."),
+        ("u", Errors.INVALID_REQUEST, "The provided topic name maps to an ID that was already supplied."),
+        ("v", Errors.NONE, None),
+    ]
+    assert resp["topics"][1]["topic_id"] == other and resp["topics"][4]["topic_id"] == u["topic_id"]
+    assert [i.name for i in ctx.catalog.list_topics(ORG)] == ["t", "u"]
+    assert t["error_code"] == Errors.NONE
+
+
+def test_create_partitions_answers_a_duplicate_once(ctx: Ctx) -> None:
+    ctx.create("t", 1)
+    ctx.create("u", 1)
+    op = {"topics": [{"name": "t", "count": 2}, {"name": "u", "count": 2}, {"name": "t", "count": 3}]}
+    resp = ctx.run("create_partitions", ORG, op, 0)
+    assert [(r["name"], r["error_code"], r["error_message"]) for r in resp["topics"]] == [
+        ("t", Errors.INVALID_REQUEST, "Duplicate topic name."), ("u", Errors.NONE, None)]
+    assert ctx.catalog.topic(ORG, "t").partitions == 1  # type: ignore[union-attr]
+    assert ctx.catalog.topic(ORG, "u").partitions == 2  # type: ignore[union-attr]
 
 
 def test_create_partitions_increase_only(ctx: Ctx) -> None:

@@ -25,6 +25,7 @@ tells the shards that own the partitions to drop them (``LogManager.delete_parti
 from __future__ import annotations
 
 import re
+from collections import Counter
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -277,55 +278,60 @@ class TopicCatalog:
         return [info.record(org_id)], {"name": name, "topic_id": info.topic_id, **ok}
 
     def delete_topics(self, org_id: str, op: dict[str, Any]) -> Result:
-        """DeleteTopics. ``op = {topics: [{name} | {topic_id}]}``.
+        """DeleteTopics. ``op = {topics: [{name, topic_id}]}`` (either may be None).
 
         Response ``{topics: [{name, topic_id, error_code, error_message, num_partitions}]}``;
         an unknown name answers UNKNOWN_TOPIC_OR_PARTITION, an unknown id UNKNOWN_TOPIC_ID.
-        ``num_partitions`` tells the gateway which partition logs to drop.
+        The request is checked as Kafka's ``ControllerApis.deleteTopics``: an entry with
+        both a name and an id, or neither, is INVALID_REQUEST; a name or id given twice is
+        answered once, INVALID_REQUEST, and not deleted; so is a name whose topic was also
+        named by id. ``num_partitions`` tells the gateway which partition logs to drop.
         """
-        records: list[Record] = []
-        results = []
-        seen: set[str] = set()
-        for t in op.get("topics", []):
-            tid = _as_uuid(t.get("topic_id"))
-            name = t.get("name")
+        results: list[dict[str, Any]] = []
+
+        def refuse(name: str | None, tid: uuid.UUID | None, code: Errors, message: str) -> None:
+            results.append({**_error(name, code, message), "topic_id": tid or ZERO_UUID, "num_partitions": 0})
+
+        entries = [(t.get("name"), _as_uuid(t.get("topic_id"))) for t in op.get("topics", [])]
+        names = Counter(name for name, tid in entries if tid is None)
+        ids = Counter(tid for name, tid in entries if name is None)
+        by_id = {tid: self.topic_by_id(org_id, tid) for tid, k in ids.items() if tid is not None and k == 1}
+        named_by_id = {info.name for info in by_id.values() if info is not None}
+        records = []
+        answered: set[Any] = set()  # duplicates are answered once
+        for name, tid in entries:
+            if name is None and tid is None:
+                refuse(None, None, Errors.INVALID_REQUEST, "Neither topic name nor id were specified.")
+                continue
+            if name is not None and tid is not None:
+                refuse(name, tid, Errors.INVALID_REQUEST, "You may not specify both topic name and topic id.")
+                continue
+            if (names[name] if tid is None else ids[tid]) > 1:
+                if (name, tid) not in answered:
+                    answered.add((name, tid))
+                    refuse(name, tid, Errors.INVALID_REQUEST,
+                           "Duplicate topic name." if tid is None else "Duplicate topic id.")
+                continue
             if tid is not None:
-                info = self.topic_by_id(org_id, tid)
-                if info is None or info.name in seen:
-                    results.append(
-                        {
-                            **_error(name, Errors.UNKNOWN_TOPIC_ID, f"Topic id {tid} not found"),
-                            "topic_id": tid,
-                            "num_partitions": 0,
-                        }
-                    )
+                info = by_id[tid]
+                if info is None:
+                    refuse(None, tid, Errors.UNKNOWN_TOPIC_ID, f"Topic id {tid} not found")
                     continue
+                if names[info.name] == 1:
+                    continue  # named twice, by id and by name: the name's entry answers
             else:
-                info = self.topic(org_id, name or "")
-                if info is None or info.name in seen:
-                    results.append(
-                        {
-                            **_error(
-                                name,
-                                Errors.UNKNOWN_TOPIC_OR_PARTITION,
-                                "This server does not host this topic-partition.",
-                            ),
-                            "num_partitions": 0,
-                        }
-                    )
+                info = self.topic(org_id, name)
+                if info is None:
+                    refuse(name, None, Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                           "This server does not host this topic-partition.")
                     continue
-            seen.add(info.name)
+                if name in named_by_id:
+                    refuse(name, info.topic_id, Errors.INVALID_REQUEST,
+                           "The provided topic name maps to an ID that was already supplied.")
+                    continue
             records.append(Record(RecordType.TOPIC, (org_id, info.name), {"deleted": self.version(org_id)}))
-            results.append(
-                {
-                    "name": info.name,
-                    "topic_id": info.topic_id,
-                    "incarnation": info.incarnation,
-                    "error_code": Errors.NONE,
-                    "error_message": None,
-                    "num_partitions": info.partitions,
-                }
-            )
+            results.append({"name": info.name, "topic_id": info.topic_id, "incarnation": info.incarnation,
+                            "error_code": Errors.NONE, "error_message": None, "num_partitions": info.partitions})
         return records, {"topics": results}
 
     def create_partitions(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
@@ -337,15 +343,16 @@ class TopicCatalog:
         Response ``{topics: [{name, error_code, error_message}]}``.
         """
         del now_ms  # the partition count has no timestamp of its own
-        names = [t.get("name") for t in op.get("topics", [])]
+        names = Counter(t.get("name") for t in op.get("topics", []))
         records: list[Record] = []
-        results = []
+        results = [{"name": name, "error_code": Errors.INVALID_REQUEST, "error_message": "Duplicate topic name."}
+                   for name, k in names.items() if k > 1]  # answered once, grown never, as Kafka's controller
         for t in op.get("topics", []):
             name, count, assigned = t.get("name"), t.get("count", 0), t.get("assignments")
             info = self.topic(org_id, name or "")
-            if names.count(name) > 1:
-                code, msg = Errors.INVALID_REQUEST, f"Duplicate topic name {name} in request"
-            elif info is None:
+            if names[name] > 1:
+                continue
+            if info is None:
                 code, msg = Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
             elif count == info.partitions:
                 code, msg = Errors.INVALID_PARTITIONS, f"Topic already has {info.partitions} partition(s)."
