@@ -25,8 +25,8 @@ tells the shards that own the partitions to drop them (``LogManager.delete_parti
 from __future__ import annotations
 
 import re
-from collections import Counter
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
