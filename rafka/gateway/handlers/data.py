@@ -4,9 +4,11 @@ Version notes:
 - Produce 3–11: one v2 record batch per partition; acks=0 gets no response; zstd
   batches below v7 get UNSUPPORTED_COMPRESSION_TYPE, as in Kafka (KIP-110).
 - Fetch 4–17: v13+ names topics by id; a fetch spanning several shards parks on
-  each shard, and when the first one answers with data the gateway cancels the
-  others so a record produced during the wait is delivered at once, not after
-  max_wait. No incremental fetch sessions: session_id 0 tells clients so.
+  each shard with its share of min_bytes, and when the first one answers with
+  data or an error the gateway cancels the others, so a record produced during
+  the wait is delivered at once, not after max_wait; the merged answer is held to
+  the one max_bytes. A fetch of nothing is answered at once. No incremental fetch
+  sessions: session_id 0 tells clients so.
 - ListOffsets 1–9 (read_committed "latest" is the last stable offset),
   DeleteRecords 0–2, InitProducerId 0–5 (a transactional id goes to the
   transaction coordinator, see txn.py). Transactional batches are produced like
@@ -30,7 +32,7 @@ from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, partition_error
 from rafka.gateway.handlers.topics import INTERNAL_TOPICS, group_call, topic_cache
 from rafka.gateway.server import CLOSE_INSTEAD
-from rafka.protocol.records import BATCH_HEADER_SIZE, CompressionType, parse_header
+from rafka.protocol.records import BATCH_HEADER_SIZE, CompressionType, CorruptRecordError, parse_header, split_batches
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway")
@@ -192,19 +194,22 @@ async def _resolve_fetch_topics(ctx: RequestContext, req: dict[str, Any]) -> lis
 
 
 async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
-    """Fetch from every owning shard; when one answers with data, cancel the others' waits."""
+    """Fetch from every owning shard, each holding out for its share of ``min_bytes``; when one
+    answers with data or an error, cancel the others' waits (Kafka answers at once then too)."""
     router = ctx.gateway.router
     by_shard: dict[int, list[dict[str, Any]]] = {}
     for p in parts:
         by_shard.setdefault(router.shard_for_partition(ctx.org_id, p["topic"], p["partition"]), []).append(p)
     fetch_id = f"{_gateway_tag}:{next(_fetch_ids)}"
-    futs = {router.call(s, Op.FETCH, ctx.org_id, {**extra, "fetch_id": fetch_id, "partitions": ps}, ctx.trace): s
+    share = {**extra, "fetch_id": fetch_id, "min_bytes": max(1, extra["min_bytes"] // len(by_shard))}
+    futs = {router.call(s, Op.FETCH, ctx.org_id, {**share, "partitions": ps}, ctx.trace): s
             for s, ps in by_shard.items()}
     pending = set(futs)
     while pending:
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        got_data = any(not f.exception() and any(p.get("records") for p in f.result()["partitions"]) for f in done)
-        if got_data and pending:
+        ended = any(f.exception() or any(p.get("records") or p.get("error_code") for p in f.result()["partitions"])
+                    for f in done)
+        if ended and pending:
             for f in pending:
                 router.call(futs[f], Op.FETCH_CANCEL, ctx.org_id, {"fetch_id": fetch_id}, ctx.trace)
     out: dict[tuple[str, int], dict[str, Any]] = {}
@@ -216,7 +221,32 @@ async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra:
         else:
             for r in f.result()["partitions"]:
                 out[(r["topic"], r["partition"])] = r
+    if len(by_shard) > 1:
+        _spend_max_bytes(parts, out, extra["max_bytes"])
     return out
+
+
+def _spend_max_bytes(parts: list[dict[str, Any]], out: dict[tuple[str, int], dict[str, Any]], max_bytes: int) -> None:
+    """Hold answers from several shards to the request's one ``max_bytes``, in request order, as
+    Kafka's readFromLog does: the first partition with data may overrun it; later ones keep the
+    whole batches that still fit."""
+    spent = 0
+    for p in parts:
+        a = out.get((p["topic"], p["partition"]))
+        records = a.get("records") if a else None
+        if not records:
+            continue
+        if spent and spent + len(records) > max_bytes:
+            kept = 0
+            try:
+                for batch in split_batches(records):
+                    if spent + kept + len(batch) > max_bytes:
+                        break
+                    kept += len(batch)
+            except CorruptRecordError:  # not ours to judge here: pass it on whole, as the shard read it
+                kept = len(records)
+            records = a["records"] = records[:kept]  # type: ignore[index]
+        spent += len(records)
 
 
 @api(1, 4, 17, "data.fetch")
@@ -244,8 +274,6 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
              "max_bytes": req.get("max_bytes", 2**31 - 1), "isolation_level": req.get("isolation_level", 0)}
     answers = await _parked_fetch(ctx, parts, extra) if parts else {}
     _forget_stale(ctx, answers)
-    if not parts and req.get("max_wait", 0) > 0 and not resolved:
-        await asyncio.sleep(min(req["max_wait"], 500) / 1000)  # an empty fetch waits like Kafka's
     missing = Err.UNKNOWN_TOPIC_ID if ctx.api_version >= 13 else Err.UNKNOWN_TOPIC_OR_PARTITION
     responses = []
     for t, name, topic_id, _ in resolved:

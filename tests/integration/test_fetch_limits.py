@@ -1,0 +1,82 @@
+"""A fetch over partitions on several shards is answered as Kafka answers one request:
+one max_bytes budget, min_bytes weighed against the whole answer, and an error anywhere
+ends the long poll (ReplicaManager.fetchMessages / readFromLog)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from rafka import ids
+from tests.integration.clients import create_topic
+from tests.integration.clients import unique_name as _name
+from tests.integration.conftest import Rafka
+from tests.rawclient import RawClient
+
+pytestmark = pytest.mark.integration
+
+
+def _two_shards_topic(rafka: Rafka, batches: int) -> tuple[str, int, int]:
+    """A topic with a partition on each of two shards, each holding ``batches`` batches of ~570 bytes."""
+    topic = _name("fl")
+    create_topic(rafka.bootstrap, topic, 8)
+    owner = {p: ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, topic, p), rafka.shards) for p in range(8)}
+    a = next(p for p in range(8) if owner[p] == 0)
+    b = next(p for p in range(8) if owner[p] == 1)
+    producer = Producer({"bootstrap.servers": rafka.bootstrap, "linger.ms": 0})
+    for _ in range(batches):
+        for p in (a, b):
+            producer.produce(topic, b"v" * 500, partition=p)
+            producer.flush(10)  # one record per batch
+    return topic, a, b
+
+
+def _fetch(rafka: Rafka, topic: str, offsets: dict[int, int], **limits: Any) -> tuple[dict[int, Any], float]:
+    parts = [{"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+              "log_start_offset": -1} for p, o in offsets.items()]
+    req = {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+           "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": parts}],
+           "forgotten_topics_data": [], "rack_id": "", **limits}
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        start = time.monotonic()
+        resp = raw.request(1, 11, req)
+        took = time.monotonic() - start
+    return {q["partition_index"]: q for q in resp["responses"][0]["partitions"]}, took
+
+
+def test_max_bytes_is_one_budget_across_shards(rafka: Rafka) -> None:
+    topic, a, b = _two_shards_topic(rafka, 3)
+    got, _ = _fetch(rafka, topic, {a: 0, b: 0}, max_bytes=1500)
+    first, second = len(got[a]["records"]), len(got[b]["records"])
+    assert first > 0, "the first partition with data is answered"
+    assert first + second <= 1500, f"{first} + {second} bytes answered for max_bytes 1500"
+    whole, _ = _fetch(rafka, topic, {a: 0, b: 0})
+    assert len(whole[a]["records"]) > first and len(whole[b]["records"]) > second, "all of it fits a larger budget"
+
+
+def test_min_bytes_is_weighed_against_the_whole_answer(rafka: Rafka) -> None:
+    topic, a, b = _two_shards_topic(rafka, 1)
+    got, took = _fetch(rafka, topic, {a: 0, b: 0}, min_bytes=1000, max_wait=4000)
+    assert got[a]["records"] and got[b]["records"]
+    assert took < 2.0, f"~1,140 bytes were ready for min_bytes 1000, yet the fetch waited {took:.1f}s"
+
+
+def test_an_error_on_one_shard_ends_the_long_poll(rafka: Rafka) -> None:
+    topic, a, b = _two_shards_topic(rafka, 1)
+    got, took = _fetch(rafka, topic, {a: 999, b: 1}, max_wait=4000)
+    assert got[a]["error_code"] == 1 and got[b]["error_code"] == 0  # OFFSET_OUT_OF_RANGE
+    assert took < 2.0, f"the out-of-range offset was answered after {took:.1f}s, not at once"
+
+
+def test_a_fetch_of_nothing_is_answered_at_once(rafka: Rafka) -> None:
+    req = {"replica_id": -1, "max_wait": 4000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+           "session_id": 0, "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""}
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        start = time.monotonic()
+        resp = raw.request(1, 11, req)
+        took = time.monotonic() - start
+    assert resp["error_code"] == 0 and resp["responses"] == []
+    assert took < 0.4, f"an empty fetch waited {took:.2f}s (Kafka answers it at once)"
