@@ -6,10 +6,13 @@ for a shard during one loop tick go out as one ZeroMQ message (see ``rafka.rail`
 A reader task per socket resolves futures by request id. There is no per-request
 time cap — a JoinGroup is rightly parked until its rebalance completes — so
 liveness is separate: the router pings every shard; a shard that misses pings for
-``dead_after`` seconds is marked down, its pending calls fail with
-``ShardUnavailable`` and new calls fail at once until it answers again. A pong
-with a new incarnation id means the shard restarted: calls sent before that ping
-were lost with the old process and fail too. A pong also carries the shard's
+``dead_after`` seconds is marked down and new calls fail at once with
+``ShardUnavailable`` until it answers again. Calls already sent wait on: a stalled
+shard (a slow disk, a paused process) still runs them, and failing them would
+tell a producer "not written" of a batch that then is, so its retry duplicates it.
+They fail when a pong with a new incarnation id says the shard restarted (calls
+sent before that ping were lost with the old process), or when the shard has been
+down for ``give_up_after`` seconds (clients have long timed out by then). A pong also carries the shard's
 layout (its index, the shard count, the coordinator partition count); a shard whose
 layout differs from the gateway's owns other state than the gateway would route to
 it, so it stays down (with an error line) until they agree. Pings carry the
@@ -76,10 +79,11 @@ class ShardRouter:
     """Sends ops to shards and matches replies to requests."""
 
     def __init__(self, endpoints: list[str], *, partitions: int = ids.DEFAULT_COORDINATOR_PARTITIONS,
-                 ping_interval: float = 0.5, dead_after: float = 2.0) -> None:
+                 ping_interval: float = 0.5, dead_after: float = 2.0, give_up_after: float = 30.0) -> None:
         self.partitions = partitions
         self.ping_interval = ping_interval
         self.dead_after = dead_after
+        self.give_up_after = give_up_after
         self._ctx = zmq.Context.instance()
         self._ids = itertools.count(1)
         self._flush_scheduled = False
@@ -211,6 +215,8 @@ class ShardRouter:
 
     def _on_pong(self, s: _Shard, ping_id: int, payload: Any) -> None:
         sent_at = s.ping_sent.pop(ping_id, None)
+        if isinstance(payload, dict) and isinstance(payload.get("sent"), float):
+            sent_at = payload["sent"]  # echoed, so known even for a ping queued through a long outage
         incarnation = payload.get("incarnation") if isinstance(payload, dict) else None
         layout = payload.get("layout") if isinstance(payload, dict) else None
         if layout is not None and list(layout) != self._layout(s):
@@ -274,6 +280,9 @@ class ShardRouter:
                     log.error("shard %d at %s missed pings for %.1fs: marking it down", s.index, s.endpoint, self.dead_after)
                     s.alive = False
                     self._set_up_gauge(s)
+                if not s.alive and s.pending and now - s.last_seen > self.give_up_after:
+                    log.error("shard %d at %s silent for %.0fs: failing its %d pending requests", s.index,
+                              s.endpoint, self.give_up_after, len(s.pending))
                     self._fail_pending(s, ShardUnavailable(f"shard {s.index} is down"))
                 pid = next(ping_ids)
                 # keep only recent pings so the map stays small while a shard is down
@@ -281,7 +290,7 @@ class ShardRouter:
                     s.ping_sent.pop(next(iter(s.ping_sent)))
                 s.ping_sent[pid] = now
                 try:
-                    ping = {"layout": self._layout(s)}  # so a refused shard can say so too
+                    ping = {"layout": self._layout(s), "sent": now}  # so a refused shard can say so too
                     s.sock.send(pack([[-pid, int(Op.PING), "", None, ping]]), zmq.NOBLOCK)
                     if s.pump:
                         s.pump.poke()

@@ -224,10 +224,11 @@ class ShardRuntime:
         rid, op, org_id, trace, payload = env
         if self.failed:
             return  # stopping: nothing more is logged or answered
-        if op == Op.PING:
+        if op == Op.PING:  # answered at once: a pong waiting behind a slow fsync would look like a dead shard
             self._check_layout(payload)
-            self._outbox[ident].append([rid, int(Status.OK), {"incarnation": self.incarnation, "shard": self.shard_id,
-                                                              "layout": self.layout}])
+            pong = {"incarnation": self.incarnation, "shard": self.shard_id, "layout": self.layout,
+                    "sent": payload.get("sent") if isinstance(payload, dict) else None}
+            self._send({ident: [[rid, int(Status.OK), pong]]})
             return
         if self.loading:
             self._outbox[ident].append([rid, int(Status.LOADING), None])

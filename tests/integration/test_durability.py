@@ -176,6 +176,41 @@ def test_a_stalled_then_killed_shard_during_idempotent_produce_loses_and_duplica
         broker.stop()
 
 
+def test_a_shard_stalled_past_the_gateways_ping_deadline_duplicates_nothing(tmp_path: Path) -> None:
+    """A shard paused for longer than the gateway waits for its pongs (2 s) is marked down, yet
+    the batches it already holds are answered when it resumes: a producer without idempotence,
+    told "not written" of a batch the shard then writes, would retry it into a duplicate."""
+    from rafka import ids
+
+    broker = Rafka(tmp_path / "data", shards=2).start()
+    topic, n = _name("t"), 3000
+    try:
+        create_topic(broker.bootstrap, topic, 1)
+        pid = broker.children()[f"rafka-shard-{ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, topic, 0), 2)}"]
+        p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": False, "acks": "all",
+                      "linger.ms": 2, "batch.num.messages": 20})
+        failed: list[str] = []
+        note = failed.append
+        for i in range(n):
+            p.produce(topic, value=str(i).encode(), on_delivery=lambda err, _m: err is None or note(str(err)))
+            if i == n // 3:
+                p.poll(0.1)
+                os.kill(pid, signal.SIGSTOP)
+            if i == n // 2:
+                p.poll(3.0)  # the gateway marks the shard down after 2 s without pongs
+                os.kill(pid, signal.SIGCONT)
+            if i % 50 == 0:
+                p.poll(0.01)
+        assert p.flush(60) == 0 and failed == []
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("w")})
+        _low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        c.close()
+        assert high == n, f"{high - n} records more than were produced: duplicates"
+        assert set(_read_all(broker.bootstrap, topic, n)) == {str(i).encode() for i in range(n)}
+    finally:
+        broker.stop()
+
+
 def test_a_shard_whose_wal_cannot_append_acknowledges_nothing_and_restarts(tmp_path: Path) -> None:
     """Out of file descriptors (each new partition log opens a WAL file): the shard sends no reply
     for what it could not log and exits non-zero; restarted, it takes the retries."""

@@ -1,0 +1,119 @@
+"""The router against a stand-in shard on a real ZeroMQ socket: a shard that stalls past
+``dead_after`` is marked down, yet what it was already sent is answered when it resumes, not
+failed (a producer told "not written" of a batch the shard then writes retries it into a
+duplicate); a restart fails what the old process lost; a shard silent for ``give_up_after``
+has its requests failed."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from rafka.gateway.router import ShardRouter, ShardUnavailable
+from rafka.rail import Op, Status, pack, unpack
+
+
+class StandInShard:
+    """A ROUTER socket that answers pings while ``responsive`` and holds every other request."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.responsive = True
+        self.incarnation = "one"
+        self.held: list[tuple[bytes, int]] = []
+
+    async def run(self) -> None:
+        while True:
+            while self.responsive and self.sock.poll(0):
+                ident, data = self.sock.recv_multipart()
+                for rid, op, _org, _trace, payload in unpack(data):
+                    if op == Op.PING:
+                        pong = {"incarnation": self.incarnation, "layout": payload["layout"], "sent": payload["sent"]}
+                        self.sock.send_multipart([ident, pack([[rid, int(Status.OK), pong]])])
+                    else:
+                        self.held.append((ident, rid))
+            await asyncio.sleep(0.01)
+
+    def answer_held(self) -> None:
+        for ident, rid in self.held:
+            self.sock.send_multipart([ident, pack([[rid, int(Status.OK), {"answered": rid}]])])
+        self.held.clear()
+
+
+async def _with_router(tmp_path: Path, scenario: Any, give_up_after: float = 30.0) -> None:
+    shard = StandInShard(f"ipc://{tmp_path}/shard")
+    router = ShardRouter([f"ipc://{tmp_path}/shard"], partitions=1, ping_interval=0.05, dead_after=0.3,
+                         give_up_after=give_up_after)
+    server = asyncio.create_task(shard.run())
+    await router.start()
+    try:
+        for _ in range(100):
+            if router.is_alive(0):
+                break
+            await asyncio.sleep(0.02)
+        assert router.is_alive(0)
+        await scenario(router, shard)
+    finally:
+        server.cancel()
+        await router.close()
+        shard.sock.close(0)
+
+
+async def _until(predicate: Any, seconds: float) -> None:
+    for _ in range(int(seconds / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+def test_a_stalled_shard_is_marked_down_but_answers_what_it_was_sent(tmp_path: Path) -> None:
+    async def scenario(router: ShardRouter, shard: StandInShard) -> None:
+        call = router.call(0, Op.PRODUCE, "org", {"records": b"x"})
+        await _until(lambda: shard.held, 2)
+        shard.responsive = False
+        await _until(lambda: not router.is_alive(0), 3)
+        assert not call.done(), "a request the stalled shard holds is not failed"
+        with pytest.raises(ShardUnavailable):
+            await router.call(0, Op.PRODUCE, "org", {"records": b"y"})  # new requests fail at once
+        shard.responsive = True
+        held = shard.held[0][1]
+        shard.answer_held()
+        assert await asyncio.wait_for(call, 3) == {"answered": held}, "the shard's own answer reaches the caller"
+        await _until(lambda: router.is_alive(0), 3)
+
+    asyncio.run(_with_router(tmp_path, scenario))
+
+
+def test_a_restarted_shard_fails_what_the_old_process_held(tmp_path: Path) -> None:
+    async def scenario(router: ShardRouter, shard: StandInShard) -> None:
+        call = router.call(0, Op.PRODUCE, "org", {"records": b"x"})
+        await _until(lambda: shard.held, 2)
+        shard.responsive = False
+        await _until(lambda: not router.is_alive(0), 3)
+        await asyncio.sleep(1.0)  # more pings queue up than the router remembers; the new process answers them
+        shard.held.clear()
+        shard.incarnation = "two"
+        shard.responsive = True
+        with pytest.raises(ShardUnavailable, match="restarted"):
+            await asyncio.wait_for(call, 3)
+        await _until(lambda: router.is_alive(0), 3)
+
+    asyncio.run(_with_router(tmp_path, scenario))
+
+
+def test_a_shard_silent_past_give_up_after_has_its_requests_failed(tmp_path: Path) -> None:
+    async def scenario(router: ShardRouter, shard: StandInShard) -> None:
+        call = router.call(0, Op.JOIN_GROUP, "org", {})
+        await _until(lambda: shard.held, 2)
+        shard.responsive = False
+        with pytest.raises(ShardUnavailable):
+            await asyncio.wait_for(call, 5)
+
+    asyncio.run(_with_router(tmp_path, scenario, give_up_after=1.0))
