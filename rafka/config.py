@@ -150,6 +150,8 @@ def problems(cfg: Config) -> list[str]:
     """What makes ``cfg`` unusable, as flag-named messages (empty when it is fine)."""
     found = [f"--{name.replace('_', '-')} must be positive, not {getattr(cfg, name)}"
              for name in POSITIVE if getattr(cfg, name) <= 0]
+    if cfg.coordinator_partitions > 1024:  # producer ids carry the partition in 10 bits
+        found.append(f"--coordinator-partitions must be at most 1024, not {cfg.coordinator_partitions}")
     if cfg.fsync not in ("always", "batch", "never"):
         found.append(f"--fsync must be always, batch or never, not {cfg.fsync!r}")
     return found

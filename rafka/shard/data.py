@@ -69,7 +69,7 @@ class DataPlane:
                  coordinator_partitions: int = ids.DEFAULT_COORDINATOR_PARTITIONS,
                  retention_check_ms: int = 30_000) -> None:
         self.catalog = TopicCatalog(default_partitions=default_partitions)
-        self.logs = LogManager(shard_id, coordinator_partitions=coordinator_partitions)
+        self.logs = LogManager(coordinator_partitions=coordinator_partitions)
         self.timer = timer
         self.retention_check_ms = retention_check_ms
         self.parked: dict[str, ParkedFetch] = {}

@@ -282,7 +282,7 @@ def test_older_configs_never_replace_newer_ones(ctx: Ctx) -> None:
     assert ctx.manager.update_configs(ORG, {"topic": "t", "configs": {"retention.ms": "1000"}, "config_version": 1})[0] == []
     ctx.apply(ctx.manager.retention(10**8))
     assert ctx.offsets(-2) == (2, -1), "retention.ms 1000 still applies: both batches are gone"
-    rebuilt = LogManager(0)  # and a restart replays to the same configs
+    rebuilt = LogManager()  # and a restart replays to the same configs
     for r in ctx.records:
         rebuilt.replay(r)
     log = rebuilt.logs[(ORG, "t", 0)]

@@ -6,19 +6,20 @@ from typing import Any
 
 import pytest
 
+from rafka import ids
 from rafka.protocol.records import INT32_MAX, SimpleRecord, build_batch
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.manager import LogManager
 from rafka.shard.log.partition import PartitionLog
-from rafka.shard.log.producers import PRODUCER_ID_EXPIRATION_MS, SHARD_ID_BITS, ProducerIdManager
+from rafka.shard.log.producers import IDEMPOTENT_KEY, PARTITION_BITS, PRODUCER_ID_EXPIRATION_MS, ProducerIdManager
 from rafka.shard.records import Record, RecordType
 
 ORG = "acme"
 
 
 class Ctx:
-    def __init__(self, shard_id: int = 0) -> None:
-        self.manager = LogManager(shard_id)
+    def __init__(self) -> None:
+        self.manager = LogManager()
         self.records: list[Record] = []
 
     def apply(self, records: list[Record]) -> None:
@@ -50,29 +51,43 @@ def ok(resp: dict[str, Any], base_offset: int) -> bool:
     return resp["error_code"] == Errors.NONE and resp["base_offset"] == base_offset
 
 
-def test_init_producer_id_allocates_unique_ids_per_shard() -> None:
-    a, b = Ctx(shard_id=3), Ctx(shard_id=4)
-    ids_a = [a.init()["producer_id"] for _ in range(3)]
-    ids_b = [b.init()["producer_id"] for _ in range(3)]
-    assert ids_a == sorted(ids_a) and len(set(ids_a) | set(ids_b)) == 6
-    assert all(pid & ((1 << SHARD_ID_BITS) - 1) == 3 for pid in ids_a)
-    assert a.init(producer_id=ids_a[0], producer_epoch=0)["producer_epoch"] == 0  # always a new id (KIP-360)
-    assert a.records[0] == Record(RecordType.PRODUCER_STATE, (ORG, ids_a[0]), {"producer_epoch": 0, "allocated_ms": 0})
+def test_init_producer_id_allocates_new_ids_under_the_orgs_producer_id_partition() -> None:
+    ctx = Ctx()
+    got = [ctx.init(now_ms=5)["producer_id"] for _ in range(3)]
+    assert got == sorted(set(got)), "each InitProducerId gets a new, larger id"
+    partition = ids.coordinator_partition(ORG, IDEMPOTENT_KEY, ids.DEFAULT_COORDINATOR_PARTITIONS)
+    assert all(pid & ((1 << PARTITION_BITS) - 1) == partition for pid in got)
+    assert ctx.init(producer_id=got[0], producer_epoch=0)["producer_id"] not in got  # always a new id (KIP-360)
+    assert ctx.records[0] == Record(RecordType.PRODUCER_STATE, (ORG, got[0]), {"producer_epoch": 0, "allocated_ms": 5})
 
 
-def test_producer_ids_survive_restart_through_replay() -> None:
-    ctx = Ctx(shard_id=1)
-    before = [ctx.init()["producer_id"] for _ in range(5)]
-    fresh = ProducerIdManager(1)
+def test_whichever_shard_replays_a_partitions_allocations_continues_past_them() -> None:
+    """After a restart or a change of --shards, another process owns the partition: it replays
+    the partition's allocations (whoever made them) and never hands their ids out again."""
+    ctx = Ctx()
+    before = [ctx.init(now_ms=1_000)["producer_id"] for _ in range(5)]
+    other_shard = ProducerIdManager()
     for r in ctx.records:
-        fresh.replay(r)
-    other = ProducerIdManager(2)
-    for r in ctx.records:
-        other.replay(r)  # another shard's ids do not move this counter
-    assert fresh.init_producer_id(ORG, {}, 0)[1]["producer_id"] > max(before)
-    assert other.init_producer_id(ORG, {}, 0)[1]["producer_id"] == 2
+        other_shard.replay(r)
+    after = other_shard.init_producer_id(ORG, {}, 1_000)[1]["producer_id"]
+    assert after > max(before)
+    # the transaction coordinator allocates under the transactional id's partition: another id space
+    tx = other_shard.peek(ORG, "tx-1", 1_000)
+    assert tx & ((1 << PARTITION_BITS) - 1) == ids.coordinator_partition(ORG, "tx-1", ids.DEFAULT_COORDINATOR_PARTITIONS)
+
+
+def test_an_id_whose_allocation_record_is_gone_is_not_handed_out_again() -> None:
+    """Expiry drops a producer's allocation record; the counter follows the clock, so a later
+    allocation is still past every id handed out before."""
+    ctx = Ctx()
+    before = [ctx.init(now_ms=1_000)["producer_id"] for _ in range(50)]  # faster than one per millisecond
+    forgetful = ProducerIdManager()  # none of those records replayed
+    assert forgetful.init_producer_id(ORG, {}, 1_100)[1]["producer_id"] > max(before)
+
+
+def test_more_coordinator_partitions_than_id_bits_are_refused() -> None:
     with pytest.raises(ValueError):
-        ProducerIdManager(1 << SHARD_ID_BITS)
+        ProducerIdManager((1 << PARTITION_BITS) + 1)
 
 
 def test_transactional_id_is_not_supported() -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from rafka import ids
 from rafka.shard.log.producers import ProducerIdManager
 from rafka.shard.records import Record, RecordType
 from rafka.shard.txn.coordinator import Errors, TransactionCoordinator
@@ -17,10 +18,10 @@ T0 = 1_000_000
 
 
 class TxnCtx:
-    """A coordinator, its producer-id allocator (shard 3), a clock and the records written."""
+    """A coordinator, its producer-id allocator, a clock and the records written."""
 
     def __init__(self) -> None:
-        self.ids = ProducerIdManager(3)
+        self.ids = ProducerIdManager()
         self.coord = TransactionCoordinator(self.ids.peek, self.ids.observe)
         self.now = T0
         self.log: list[Record] = []
@@ -64,9 +65,10 @@ class TxnCtx:
 def test_init_allocates_an_id_and_each_init_bumps_the_epoch() -> None:
     ctx = TxnCtx()
     first = ctx.init()
-    assert first == {"error_code": 0, "producer_id": 3, "producer_epoch": 0}  # (counter 0 << 10) | shard 3
-    assert ctx.init() == {"error_code": 0, "producer_id": 3, "producer_epoch": 1}
-    assert ctx.init("other")["producer_id"] == (1 << 10) | 3  # ids stay unique per shard
+    tx_partition = ids.coordinator_partition(ORG, "tx", ids.DEFAULT_COORDINATOR_PARTITIONS)
+    assert first == {"error_code": 0, "producer_id": (T0 << 10) | tx_partition, "producer_epoch": 0}
+    assert ctx.init() == {"error_code": 0, "producer_id": first["producer_id"], "producer_epoch": 1}
+    assert ctx.init("other")["producer_id"] != first["producer_id"]
     assert ctx.state() == "Empty"
 
 
@@ -163,7 +165,7 @@ def test_replaying_the_log_rebuilds_the_same_state_and_allocator() -> None:
     for r in ctx.log:
         fresh.coord.replay(r)
     assert fresh.coord.txns == ctx.coord.txns
-    assert fresh.ids.peek() == ctx.ids.peek() == (2 << 10) | 3
+    assert fresh.ids.next_counter == ctx.ids.next_counter and fresh.ids.peek(ORG, "tx", 0) > pid
     assert fresh.sweep()[0]["committed"] is True  # the prepared commit survives a restart
 
 

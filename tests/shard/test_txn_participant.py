@@ -17,7 +17,7 @@ class LogCtx:
     """A LogManager plus the participant, with every record kept (the WAL)."""
 
     def __init__(self) -> None:
-        self.logs = LogManager(0)
+        self.logs = LogManager()
         self.groups = GroupsTestContext(ORG)
         self.offsets = TxnOffsets()
         self.participant = TxnParticipant(self.groups.coord, self.logs, self.offsets)
@@ -132,7 +132,7 @@ def test_replaying_the_log_rebuilds_lso_and_aborted_index() -> None:
     ctx.produce(7, [b"x"])
     ctx.marker(7, False)
     ctx.produce(8, [b"y"])
-    fresh = LogManager(0)
+    fresh = LogManager()
     for r in ctx.wal:
         fresh.replay(r)
     old, new = ctx.logs.logs[(ORG, "t", 0)], fresh.logs[(ORG, "t", 0)]

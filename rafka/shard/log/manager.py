@@ -85,10 +85,10 @@ def _produce_error(topic: str, partition: int, code: Errors, message: str | None
 class LogManager:
     """The partition logs and producer ids of one shard."""
 
-    def __init__(self, shard_id: int = 0, *, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+    def __init__(self, *, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
                  coordinator_partitions: int = ids.DEFAULT_COORDINATOR_PARTITIONS) -> None:
         self.logs: dict[PartitionKey, PartitionLog] = {}
-        self.producer_ids = ProducerIdManager(shard_id)
+        self.producer_ids = ProducerIdManager(coordinator_partitions)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.coordinator_partitions = coordinator_partitions
         self.dropped: dict[tuple[str, str], int] = {}  # (org, topic) → newest incarnation deleted on this shard

@@ -3,10 +3,15 @@
 How this works (Kafka's ProducerStateManager / ProducerAppendInfo / ProducerStateEntry):
 
 * ``ProducerIdManager`` answers InitProducerId without a transactional id with a
-  fresh id and epoch 0. Ids are ``(counter << SHARD_ID_BITS) | shard_id`` so two
-  shards never hand out the same id; each allocation is a ``PRODUCER_STATE``
-  record ``(org, producer_id) -> {producer_epoch, allocated_ms}`` whose replay
-  moves the counter past it, so ids stay unique across restarts.
+  fresh id and epoch 0. Ids are ``(counter << PARTITION_BITS) | partition``, where
+  ``partition`` is the coordinator partition whose WAL stream records the
+  allocation: an idempotent producer's ``PRODUCER_STATE`` record ``(org,
+  producer_id) -> {producer_epoch, allocated_ms}`` goes to the org's
+  ``"\0producer-ids"`` partition, a transactional producer's to its transactional
+  id's. Whichever shard owns a partition replays every allocation made in it, so
+  ids stay unique across restarts and when ``--shards`` changes; the counter
+  never falls below the clock in ms, so an allocation record dropped when its
+  producer expired cannot let its id be handed out again.
 * Each partition keeps a ``ProducerStateManager``: for every producer id, its
   epoch and the metadata of its last 5 batches (first/last sequence, offsets).
   ``check_append`` validates an incoming batch without changing anything:
@@ -28,13 +33,15 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from rafka import ids
 from rafka.protocol.records import INT32_MAX, NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 from rafka.shard.log.errors import Errors
 from rafka.shard.records import Record, RecordType
 
 NUM_BATCHES_TO_RETAIN = 5
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
-SHARD_ID_BITS = 10
+PARTITION_BITS = 10  # coordinator partitions: at most 1024
+IDEMPOTENT_KEY = "\0producer-ids"  # the coordinator key idempotent producers' ids are allocated under
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,40 +165,41 @@ class ProducerStateManager:
 
 
 class ProducerIdManager:
-    """Allocates producer ids that are unique across shards and restarts."""
+    """Allocates producer ids that are unique across shards, restarts and reshards."""
 
-    def __init__(self, shard_id: int, *, shard_id_bits: int = SHARD_ID_BITS) -> None:
-        if not 0 <= shard_id < (1 << shard_id_bits):
-            raise ValueError(f"shard id {shard_id} does not fit in {shard_id_bits} bits")
-        self.shard_id = shard_id
-        self.shard_id_bits = shard_id_bits
-        self.next_counter = 0
+    def __init__(self, partitions: int = ids.DEFAULT_COORDINATOR_PARTITIONS) -> None:
+        if not 0 < partitions <= 1 << PARTITION_BITS:
+            raise ValueError(f"{partitions} coordinator partitions do not fit in {PARTITION_BITS} bits")
+        self.partitions = partitions
+        self.next_counter: dict[int, int] = {}  # coordinator partition → its next counter
 
     def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int) -> tuple[list[Record], dict[str, Any]]:
         """InitProducerId. ``op = {transactional_id, transaction_timeout_ms, producer_id, producer_epoch}``.
 
         Without a transactional id Kafka always hands out a new id with epoch 0
-        (even when the producer sends its old id, KIP-360). Transactions are not
-        supported: a transactional id answers UNSUPPORTED_VERSION.
+        (even when the producer sends its old id, KIP-360). A transactional id is
+        the transaction coordinator's (rafka.shard.txn): here it answers UNSUPPORTED_VERSION.
         Response: ``{error_code, producer_id, producer_epoch}``.
         """
         if op.get("transactional_id") is not None:
             return [], {"error_code": Errors.UNSUPPORTED_VERSION, "producer_id": -1, "producer_epoch": -1}
-        producer_id = (self.next_counter << self.shard_id_bits) | self.shard_id
+        producer_id = self.peek(org_id, IDEMPOTENT_KEY, now_ms)
         record = Record(RecordType.PRODUCER_STATE, (org_id, producer_id), {"producer_epoch": 0, "allocated_ms": now_ms})
         return [record], {"error_code": Errors.NONE, "producer_id": producer_id, "producer_epoch": 0}
 
-    def peek(self) -> int:
-        """The id the next allocation gets (pure; replaying its record moves past it)."""
-        return (self.next_counter << self.shard_id_bits) | self.shard_id
+    def peek(self, org_id: str, key: str, now_ms: int) -> int:
+        """The id the next allocation recorded under coordinator key ``key`` gets (pure; replaying
+        its record moves past it)."""
+        partition = ids.coordinator_partition(org_id, key, self.partitions)
+        return (max(self.next_counter.get(partition, 0), now_ms) << PARTITION_BITS) | partition
 
     def observe(self, producer_id: int) -> None:
-        """Move the counter past ``producer_id`` if this shard allocated it."""
-        if producer_id >= 0 and producer_id & ((1 << self.shard_id_bits) - 1) == self.shard_id:
-            self.next_counter = max(self.next_counter, (producer_id >> self.shard_id_bits) + 1)
+        """Move the counter of the id's partition past ``producer_id``."""
+        if producer_id >= 0:
+            partition = producer_id & ((1 << PARTITION_BITS) - 1)
+            self.next_counter[partition] = max(self.next_counter.get(partition, 0), (producer_id >> PARTITION_BITS) + 1)
 
     def replay(self, record: Record) -> None:
-        """Move the counter past an allocated id (ids of other shards are ignored)."""
-        producer_id = record.key[1]
-        if record.value is not None and producer_id & ((1 << self.shard_id_bits) - 1) == self.shard_id:
-            self.next_counter = max(self.next_counter, (producer_id >> self.shard_id_bits) + 1)
+        """Move the counter past an allocated id."""
+        if record.value is not None:
+            self.observe(record.key[1])

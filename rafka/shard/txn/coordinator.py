@@ -58,10 +58,10 @@ def completion(org_id: str, meta: TransactionMetadata) -> dict[str, Any]:
 class TransactionCoordinator:
     """Transactional ids of one shard: handlers, ``replay`` and ``sweep``."""
 
-    def __init__(self, allocate_producer_id: Callable[[], int], on_producer_id: Callable[[int], None] = lambda _: None,
+    def __init__(self, allocate_producer_id: Callable[[str, str, int], int], on_producer_id: Callable[[int], None] = lambda _: None,
                  *, max_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS) -> None:
         self.txns: dict[tuple[str, str], TransactionMetadata] = {}
-        self.allocate_producer_id = allocate_producer_id  # next unused id (pure peek)
+        self.allocate_producer_id = allocate_producer_id  # (org, transactional id, now) → next unused id (pure peek)
         self.on_producer_id = on_producer_id  # replay saw an id: move the allocator past it
         self.max_timeout_ms = max_timeout_ms
 
@@ -101,7 +101,7 @@ class TransactionCoordinator:
             return [], {"error_code": Errors.INVALID_TRANSACTION_TIMEOUT, **fail}
         meta = self.txns.get((org_id, tid))
         if meta is None:
-            meta = TransactionMetadata(tid, self.allocate_producer_id(), 0, timeout, S.EMPTY, update_ms=now_ms)
+            meta = TransactionMetadata(tid, self.allocate_producer_id(org_id, tid, now_ms), 0, timeout, S.EMPTY, update_ms=now_ms)
             return [self._record(org_id, meta)], {"error_code": Errors.NONE, "producer_id": meta.producer_id,
                                                   "producer_epoch": 0}
         given = op.get("producer_id", -1)
@@ -115,7 +115,7 @@ class TransactionCoordinator:
             return [self._record(org_id, fenced)], {"error_code": Errors.CONCURRENT_TRANSACTIONS, **fail,
                                                     "complete": completion(org_id, fenced)}
         if meta.producer_epoch + 1 >= MAX_EPOCH:
-            pid, epoch = self.allocate_producer_id(), 0
+            pid, epoch = self.allocate_producer_id(org_id, tid, now_ms), 0
         else:
             pid, epoch = meta.producer_id, meta.producer_epoch + 1
         new = meta.transition_to(S.EMPTY, now_ms, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout,
