@@ -542,6 +542,21 @@ def test_log_append_time_topic_stamps_batches(ctx: Ctx) -> None:
     assert ctx.put(keyed(b"d"), now_ms=900, configs={})["log_append_time_ms"] == -1, "CreateTime again"
 
 
+def test_a_duplicate_on_a_log_append_time_topic_answers_the_original_append_time(ctx: Ctx) -> None:
+    """Kafka answers a retried batch with the timestamp the original was stored with, also after
+    a restart (the producer state is rebuilt from the log, or from a truncation's snapshot)."""
+    configs = {"message.timestamp.type": "LogAppendTime"}
+    batch = keyed(b"a", producer_id=9, producer_epoch=0, base_sequence=0)
+    assert ctx.put(batch, now_ms=777, configs=configs)["log_append_time_ms"] == 777
+    retry = ctx.put(batch, now_ms=900, configs=configs)
+    assert (retry["error_code"], retry["base_offset"], retry["log_append_time_ms"]) == (Errors.NONE, 0, 777)
+    ctx.put(keyed(b"b", producer_id=9, producer_epoch=0, base_sequence=1), now_ms=950, configs=configs)
+    ctx.delete_records(1)  # a truncation snapshots the producer state
+    fresh = Ctx()
+    fresh.apply(ctx.records[-1:])
+    assert fresh.put(batch, now_ms=990, configs=configs)["log_append_time_ms"] == 777
+
+
 @pytest.mark.parametrize("codec", list(CompressionType))
 def test_log_append_time_stamps_compressed_batches_and_replays_them_byte_for_byte(
         ctx: Ctx, codec: CompressionType) -> None:

@@ -37,10 +37,11 @@ class LogCtx:
                 self.logs.replay(r)
         return records
 
-    def produce(self, pid: int, values: list[bytes], partition: int = 0, transactional: bool = True) -> int:
+    def produce(self, pid: int, values: list[bytes], partition: int = 0, transactional: bool = True,
+                timestamp: int = 0) -> int:
         seq = self.seq.get(pid, 0)
         self.seq[pid] = seq + len(values)
-        batch = build_batch([SimpleRecord(None, v, 0) for v in values], producer_id=pid, producer_epoch=0,
+        batch = build_batch([SimpleRecord(None, v, timestamp) for v in values], producer_id=pid, producer_epoch=0,
                             base_sequence=seq, transactional=transactional)
         records, resp = self.logs.produce(ORG, {"partitions": [
             {"topic": "t", "partition": partition, "records": batch}]}, 0)
@@ -83,6 +84,25 @@ def test_open_transaction_holds_the_last_stable_offset() -> None:
     lso = ctx.logs.list_offsets(ORG, {"isolation_level": 1, "partitions": [
         {"topic": "t", "partition": 0, "timestamp": -1}]})["partitions"][0]["offset"]
     assert lso == 1
+
+
+def test_read_committed_list_offsets_by_time_finds_nothing_past_the_last_stable_offset() -> None:
+    """Kafka's fetchOffsetForTimestamp: under read_committed, a timestamp lookup (and -3, the
+    largest timestamp) whose offset is at or past the last stable offset answers -1."""
+    ctx = LogCtx()
+    ctx.produce(1, [b"old"], transactional=False, timestamp=1_000)
+    ctx.produce(7, [b"open"], timestamp=2_000)
+
+    def lookup(isolation: int, timestamp: int) -> tuple[int, int]:
+        p = ctx.logs.list_offsets(ORG, {"isolation_level": isolation, "partitions": [
+            {"topic": "t", "partition": 0, "timestamp": timestamp}]})["partitions"][0]
+        return p["offset"], p["timestamp"]
+
+    assert lookup(1, 500) == (0, 1_000)
+    assert lookup(1, 1_500) == (-1, -1) and lookup(0, 1_500) == (1, 2_000)
+    assert lookup(1, -3) == (-1, -1) and lookup(0, -3) == (1, 2_000)
+    ctx.marker(7, True)
+    assert lookup(1, 1_500) == (1, 2_000) and lookup(1, -3) == (1, 2_000)
 
 
 def test_the_last_stable_offset_never_falls_below_the_log_start() -> None:

@@ -9,7 +9,8 @@ Version notes:
   the wait is delivered at once, not after max_wait; the merged answer is held to
   the one max_bytes. A fetch of nothing is answered at once. No incremental fetch
   sessions: session_id 0 tells clients so.
-- ListOffsets 1–9 (read_committed "latest" is the last stable offset),
+- ListOffsets 1–9 (under read_committed "latest" is the last stable offset, and
+  a timestamp lookup finds nothing at or past it),
   DeleteRecords 0–2, InitProducerId 0–5 (a transactional id goes to the
   transaction coordinator, see txn.py). Transactional batches are produced like
   any other; Fetch with isolation_level 1 stops at the last stable offset and

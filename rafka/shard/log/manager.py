@@ -184,6 +184,8 @@ class LogManager:
             offset, timestamp = log.list_offset(p["timestamp"])
             if committed and p["timestamp"] == -1:
                 offset = log.last_stable_offset
+            elif committed and (p["timestamp"] >= 0 or p["timestamp"] == -3) and offset >= log.last_stable_offset:
+                offset, timestamp = -1, -1  # Kafka's fetchOffsetForTimestamp: nothing past the last stable offset
             out.append(
                 {
                     "topic": p["topic"],

@@ -203,7 +203,9 @@ class PartitionLog:
             if error:
                 return AppendPlan(error, f"Producer {header.producer_id} rejected with {error.name}")
             if duplicate is not None:
-                return AppendPlan(base_offset=duplicate.base_offset, duplicate=duplicate)
+                # Kafka answers a duplicate with the original batch's timestamp as its log_append_time
+                return AppendPlan(base_offset=duplicate.base_offset, duplicate=duplicate,
+                                  log_append_time_ms=duplicate.max_timestamp)
             size = len(batch)
             roll = not seg_empty and (
                 seg_size + size > config.segment_bytes or now_ms - seg_created >= config.segment_ms

@@ -52,6 +52,7 @@ class BatchMetadata:
     last_seq: int
     base_offset: int
     last_offset: int
+    max_timestamp: int = -1  # as appended (the append time on a LogAppendTime topic)
 
 
 @dataclass(slots=True)
@@ -130,7 +131,8 @@ class ProducerStateManager:
             entry.producer_epoch = header.producer_epoch
             entry.batches.clear()
         entry.batches.append(
-            BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset, header.last_offset)
+            BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset, header.last_offset,
+                          header.max_timestamp)
         )
         entry.last_append_ms = max(entry.last_append_ms, append_ms)
 
@@ -152,7 +154,7 @@ class ProducerStateManager:
     def snapshot(self) -> list[list[Any]]:
         """Every entry as plain data (msgpack), for ``restore``."""
         return [[e.producer_id, e.producer_epoch, e.last_append_ms,
-                 [[b.first_seq, b.last_seq, b.base_offset, b.last_offset] for b in e.batches]]
+                 [[b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.max_timestamp] for b in e.batches]]
                 for e in self.entries.values()]
 
     def restore(self, snapshot: list[list[Any]]) -> None:
