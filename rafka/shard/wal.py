@@ -26,7 +26,10 @@ the fsync policy and returns a future to wait on (or None when nothing waits):
 
 Recovery reads each stream in order and hands every record to the same
 ``replay`` the live path uses. A torn or corrupt tail (short entry, bad length,
-bad checksum) is truncated at the last good entry with a log line. Meta streams
+bad checksum) is truncated at the last good entry with a log line. Damage inside
+a sealed segment (fsynced whole when it rolled) loses the rest of that segment
+only: the later segments hold acknowledged records and are replayed (a partition
+log then has a gap of offsets, as a compacted Kafka log does). Meta streams
 roll at ``segment_bytes``; sealed segments are compacted in the background by key
 (the last value of each (type, key) survives, tombstones included, order kept),
 so recovery time is bounded by live state, not history. Data streams roll with
@@ -129,22 +132,21 @@ class Stream:
         dropped_at: int | None = None
         for i, seg in enumerate(segs):
             records, good, why = read_entries(seg)
-            if why is not None:
+            if why is not None and i < len(segs) - 1:
+                # a sealed segment was fsynced whole when it rolled: this is damage on disk, not a torn
+                # write, and the segments after it hold acknowledged records, so they are kept
+                log.error("%s: %s at byte %d of a sealed segment; its last %d bytes are lost, later "
+                          "segments are kept", seg, why, good, seg.stat().st_size - good)
+            elif why is not None:
                 log.warning("%s: %s at byte %d; truncating %d bytes of torn tail", seg, why, good,
                             seg.stat().st_size - good)
                 with open(seg, "r+b") as f:
                     f.truncate(good)
                     os.fsync(f.fileno())
-                for later in segs[i + 1 :]:
-                    log.warning("%s: dropped, it follows a torn segment", later)
-                    later.unlink()
-                segs = segs[: i + 1]
             seq = int(seg.stem)
             if self.data and self._note(seq, records):
                 dropped_at = seq  # a crash may have come between the drop and the unlink
             yield records
-            if why is not None:
-                break
         if segs:
             self.seq = int(segs[-1].stem)
         if dropped_at is not None:

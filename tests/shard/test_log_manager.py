@@ -427,11 +427,17 @@ def test_replay_through_msgpack_rebuilds_the_same_log(ctx: Ctx) -> None:
     )
 
 
-def test_replay_refuses_a_batch_that_does_not_follow_the_log(ctx: Ctx) -> None:
+def test_replay_refuses_a_batch_behind_the_log_end_and_resumes_after_a_gap(ctx: Ctx) -> None:
     ctx.put(batch(2))
-    stray = Record(RecordType.PARTITION_BATCH, (ORG, "t", 0), {"batch": batch(1, base_offset=7), "append_ms": 0})
+    behind = Record(RecordType.PARTITION_BATCH, (ORG, "t", 0), {"batch": batch(1, base_offset=1), "append_ms": 0})
     with pytest.raises(ValueError):
-        ctx.manager.replay(stray)
+        ctx.manager.replay(behind)
+    # what recovery past a damaged write-ahead log segment replays: the log resumes further on
+    ctx.manager.replay(Record(RecordType.PARTITION_BATCH, (ORG, "t", 0), {"batch": batch(1, base_offset=7), "append_ms": 0}))
+    assert ctx.manager.log_end_offset(ORG, "t", 0) == 8
+    [gap] = ctx.fetch(("t", 0, 4))
+    assert [parse_header(b).base_offset for b in split_batches(gap["records"])] == [7], "a read in the gap skips it"
+    assert ctx.put(batch(1))["base_offset"] == 8
 
 
 def test_summary_lists_every_log_by_topic_incarnation(ctx: Ctx) -> None:

@@ -128,6 +128,28 @@ def test_producers_and_transactions_survive_the_drop_of_their_first_segments(tmp
     assert fenced["error_code"] == 47, "an older epoch is still fenced (INVALID_PRODUCER_EPOCH)"
 
 
+def test_damage_inside_a_sealed_segment_loses_that_segment_only(tmp_path: Path) -> None:
+    """A sealed segment was fsynced whole when it rolled: a bad checksum in it is damage on disk,
+    and the segments after it (acknowledged records) are replayed, not dropped."""
+    shard = Shard(tmp_path)
+    for i in range(12):
+        shard.produce(i * 1000, configs=CONFIGS, config_version=1)
+    [stream] = shard.wal.streams.values()
+    segments = stream.segments()
+    assert len(segments) >= 4
+    damaged = segments[1]
+    data = bytearray(damaged.read_bytes())
+    data[-5] ^= 0xFF  # inside the payload of the segment's last entry
+    damaged.write_bytes(bytes(data))
+    lost = stream.segment_last_offset[int(damaged.stem)]  # one record per batch: its last entry is this one
+    after = shard.restart()
+    start, end, *_, offsets = after.state()
+    assert (start, end) == (0, 12)
+    assert offsets == [o for o in range(12) if o != lost], "every batch but the damaged one is back"
+    assert after.produce(20_000, configs=CONFIGS, config_version=1)["base_offset"] == 12
+    assert len(list((tmp_path / "logs").rglob("*.wal"))) >= len(segments), "no segment was deleted"
+
+
 class StartTimer:
     """Keeps what the data plane schedules at start."""
 

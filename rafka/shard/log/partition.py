@@ -41,6 +41,7 @@ How this works (Kafka's UnifiedLog/LocalLog/LogSegment, single replica):
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,8 @@ from rafka.protocol.records import (
 from rafka.shard.log.config import INT64_MAX, LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.producers import BatchMetadata, ProducerStateManager
+
+log = logging.getLogger("rafka.log")
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -228,11 +231,19 @@ class PartitionLog:
             # the write-ahead log dropped the segments below the log start: the log resumes here
             self.segments = [Segment(header.base_offset)]
             self.log_start_offset = max(self.log_start_offset, header.base_offset)
-        if header.base_offset != self.log_end_offset:
+        if header.base_offset < self.log_end_offset:
             raise ValueError(f"batch at offset {header.base_offset} does not follow log end {self.log_end_offset}")
         append_ms = value.get("append_ms", -1)
         seg = self.segments[-1]
-        if value.get("roll") and seg.batches:
+        if header.base_offset > self.log_end_offset:  # recovery past a damaged WAL segment: offsets skip a gap
+            log.error("partition log resumes at offset %d after a gap from %d (write-ahead log damage)",
+                      header.base_offset, self.log_end_offset)
+            if seg.batches:
+                seg = Segment(header.base_offset)
+                self.segments.append(seg)
+            else:
+                seg.base_offset = header.base_offset
+        elif value.get("roll") and seg.batches:
             seg = Segment(header.base_offset)
             self.segments.append(seg)
         if not seg.batches:
@@ -308,6 +319,8 @@ class PartitionLog:
             return Errors.NONE, out
         si = bisect.bisect_right(self.segments, fetch_offset, key=lambda s: s.base_offset) - 1
         bi = max(bisect.bisect_right(self.segments[si].base_offsets, fetch_offset) - 1, 0)
+        if fetch_offset >= self.segments[si].next_offset:  # in a gap (see apply_batch): the next segment
+            si, bi = si + 1, 0
         total = 0
         for seg in self.segments[si:]:
             for j, batch in enumerate(seg.batches[bi:], bi):
