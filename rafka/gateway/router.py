@@ -6,13 +6,14 @@ for a shard during one loop tick go out as one ZeroMQ message (see ``rafka.rail`
 A reader task per socket resolves futures by request id. There is no per-request
 time cap — a JoinGroup is rightly parked until its rebalance completes — so
 liveness is separate: the router pings every shard; a shard that misses pings for
-``dead_after`` seconds is marked down and new calls fail at once with
-``ShardUnavailable`` until it answers again. Calls already sent wait on: a stalled
-shard (a slow disk, a paused process) still runs them, and failing them would
-tell a producer "not written" of a batch that then is, so its retry duplicates it.
-They fail when a pong with a new incarnation id says the shard restarted (calls
-sent before that ping were lost with the old process), or when the shard has been
-down for ``give_up_after`` seconds (clients have long timed out by then). A pong also carries the shard's
+``dead_after`` seconds is marked down: its pending calls fail with
+``ShardUnavailable`` and new calls fail at once until it answers again. Produce
+calls already sent wait on (``WAIT_OUT_STALL``): a stalled shard (a slow disk, a
+paused process) still runs them, and failing them would tell a producer "not
+written" of a batch that then is, so its retry would duplicate it. They fail when
+a pong with a new incarnation id says the shard restarted (calls sent before that
+ping were lost with the old process), or when the shard has been down for
+``give_up_after`` seconds (clients have long timed out by then). A pong also carries the shard's
 layout (its index, the shard count, the coordinator partition count); a shard whose
 layout differs from the gateway's owns other state than the gateway would route to
 it, so it stays down (with an error line) until they agree. Pings carry the
@@ -34,6 +35,9 @@ from rafka import ids
 from rafka.rail import Op, SocketPump, Status, pack, unpack
 
 log = logging.getLogger("rafka.gateway.router")
+
+
+WAIT_OUT_STALL = frozenset({int(Op.PRODUCE)})  # ops whose false failure a client would turn into duplicates
 
 
 class ShardUnavailable(Exception):
@@ -64,7 +68,7 @@ class _Shard:
         self.index = index
         self.endpoint = endpoint
         self.sock = sock
-        self.pending: dict[int, tuple[asyncio.Future[Any], float]] = {}
+        self.pending: dict[int, tuple[asyncio.Future[Any], float, int]] = {}  # rid → (future, sent at, op)
         self.outbox: list[list[Any]] = []
         self.alive = False
         self.incarnation: str | None = None
@@ -168,7 +172,7 @@ class ShardRouter:
             fut.set_exception(ShardUnavailable(f"shard {shard} is down"))
             return fut
         rid = next(self._ids)
-        s.pending[rid] = (fut, time.monotonic())
+        s.pending[rid] = (fut, time.monotonic(), op)
         s.outbox.append([rid, int(op), org_id, trace, payload])
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -224,7 +228,7 @@ class ShardRouter:
             return
         s.refused = None
         if s.incarnation is not None and incarnation != s.incarnation and sent_at is not None:
-            lost = [rid for rid, (_f, t) in s.pending.items() if t < sent_at]
+            lost = [rid for rid, (_f, t, _op) in s.pending.items() if t < sent_at]
             if lost:
                 log.warning("shard %d restarted; failing %d requests sent to the old process", s.index, len(lost))
             for rid in lost:
@@ -264,9 +268,13 @@ class ShardRouter:
 
         gateway_metrics().shard_up.labels(str(s.index)).set(1 if s.alive else 0)
 
-    def _fail_pending(self, s: _Shard, exc: Exception) -> None:
-        pending, s.pending = s.pending, {}
-        for fut, _t in pending.values():
+    def _fail_pending(self, s: _Shard, exc: Exception, keep: frozenset[int] = frozenset()) -> None:
+        """Fail the calls pending on ``s``, except those of the ops in ``keep``."""
+        pending = s.pending
+        s.pending = {rid: entry for rid, entry in pending.items() if entry[2] in keep}
+        for fut, _t, op in pending.values():
+            if op in keep:
+                continue
             if not fut.done():
                 fut.set_exception(exc)
                 fut.exception()  # a caller gone meanwhile is no "never retrieved" error: the cause is logged
@@ -280,6 +288,7 @@ class ShardRouter:
                     log.error("shard %d at %s missed pings for %.1fs: marking it down", s.index, s.endpoint, self.dead_after)
                     s.alive = False
                     self._set_up_gauge(s)
+                    self._fail_pending(s, ShardUnavailable(f"shard {s.index} is down"), keep=WAIT_OUT_STALL)
                 if not s.alive and s.pending and now - s.last_seen > self.give_up_after:
                     log.error("shard %d at %s silent for %.0fs: failing its %d pending requests", s.index,
                               s.endpoint, self.give_up_after, len(s.pending))

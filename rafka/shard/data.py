@@ -179,7 +179,7 @@ class DataPlane:
         resp = self.logs.fetch(org_id, op)
         size = sum(len(p.get("records") or b"") for p in resp["partitions"])
         errors = any(p.get("error_code") for p in resp["partitions"])
-        if size >= max(op.get("min_bytes", 1), 1) or errors or op.get("max_wait_ms", 0) <= 0 or not op.get("fetch_id"):
+        if size >= op.get("min_bytes", 1) or errors or op.get("max_wait_ms", 0) <= 0 or not op.get("fetch_id"):
             respond(plain(resp))
             return []
         parked = ParkedFetch(op["fetch_id"], org_id, op, respond,

@@ -224,11 +224,13 @@ class ShardRuntime:
         rid, op, org_id, trace, payload = env
         if self.failed:
             return  # stopping: nothing more is logged or answered
-        if op == Op.PING:  # answered at once: a pong waiting behind a slow fsync would look like a dead shard
+        if op == Op.PING:
+            # the pong queues behind the replies before it: a gateway must see those before a new
+            # incarnation makes it fail what it sent earlier, and a disk stuck in fsync must show
             self._check_layout(payload)
-            pong = {"incarnation": self.incarnation, "shard": self.shard_id, "layout": self.layout,
-                    "sent": payload.get("sent") if isinstance(payload, dict) else None}
-            self._send({ident: [[rid, int(Status.OK), pong]]})
+            self._outbox[ident].append([rid, int(Status.OK), {
+                "incarnation": self.incarnation, "shard": self.shard_id, "layout": self.layout,
+                "sent": payload.get("sent") if isinstance(payload, dict) else None}])
             return
         if self.loading:
             self._outbox[ident].append([rid, int(Status.LOADING), None])

@@ -1,8 +1,8 @@
 """The router against a stand-in shard on a real ZeroMQ socket: a shard that stalls past
-``dead_after`` is marked down, yet what it was already sent is answered when it resumes, not
-failed (a producer told "not written" of a batch the shard then writes retries it into a
-duplicate); a restart fails what the old process lost; a shard silent for ``give_up_after``
-has its requests failed."""
+``dead_after`` is marked down, yet the produce calls it was already sent are answered when it
+resumes, not failed (a producer told "not written" of a batch the shard then writes retries it
+into a duplicate); its other calls fail; a restart fails what the old process lost; a shard
+silent for ``give_up_after`` has its requests failed."""
 
 from __future__ import annotations
 
@@ -108,11 +108,26 @@ def test_a_restarted_shard_fails_what_the_old_process_held(tmp_path: Path) -> No
     asyncio.run(_with_router(tmp_path, scenario))
 
 
-def test_a_shard_silent_past_give_up_after_has_its_requests_failed(tmp_path: Path) -> None:
+def test_a_stalled_shards_other_requests_fail_when_it_is_marked_down(tmp_path: Path) -> None:
+    """Only produce waits out a stall: a read or a group op failed early is just retried."""
     async def scenario(router: ShardRouter, shard: StandInShard) -> None:
-        call = router.call(0, Op.JOIN_GROUP, "org", {})
+        join = router.call(0, Op.JOIN_GROUP, "org", {})
         await _until(lambda: shard.held, 2)
         shard.responsive = False
+        with pytest.raises(ShardUnavailable):
+            await asyncio.wait_for(join, 3)
+        assert not router.is_alive(0)
+
+    asyncio.run(_with_router(tmp_path, scenario))
+
+
+def test_a_shard_silent_past_give_up_after_has_its_requests_failed(tmp_path: Path) -> None:
+    async def scenario(router: ShardRouter, shard: StandInShard) -> None:
+        call = router.call(0, Op.PRODUCE, "org", {})
+        await _until(lambda: shard.held, 2)
+        shard.responsive = False
+        await _until(lambda: not router.is_alive(0), 3)
+        assert not call.done()
         with pytest.raises(ShardUnavailable):
             await asyncio.wait_for(call, 5)
 

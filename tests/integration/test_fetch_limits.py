@@ -4,14 +4,17 @@ ends the long poll (ReplicaManager.fetchMessages / readFromLog)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
 from rafka import ids
-from tests.integration.clients import create_topic
+from tests.integration.clients import create_topic, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.rawclient import RawClient
@@ -80,3 +83,35 @@ def test_a_fetch_of_nothing_is_answered_at_once(rafka: Rafka) -> None:
         took = time.monotonic() - start
     assert resp["error_code"] == 0 and resp["responses"] == []
     assert took < 0.4, f"an empty fetch waited {took:.2f}s (Kafka answers it at once)"
+
+
+def test_min_bytes_zero_is_answered_at_once(rafka: Rafka) -> None:
+    topic, a, _ = _two_shards_topic(rafka, 1)
+    got, took = _fetch(rafka, topic, {a: 1}, min_bytes=0, max_wait=3000)
+    assert got[a]["error_code"] == 0 and not got[a]["records"]
+    assert took < 1.0, f"a fetch with min_bytes 0 waited {took:.1f}s (Kafka answers it at once)"
+
+
+def test_a_stalled_or_down_shard_neither_holds_a_fetch_nor_ends_its_long_poll(tmp_path: Path) -> None:
+    """A fetch only reads: the partitions of a shard that does not answer get a retriable error
+    soon after max_wait, and the other shard's long poll runs its course meanwhile."""
+    broker = Rafka(tmp_path / "data", shards=2).start()
+    try:
+        topic, on0, on1 = _two_shards_topic(broker, 1)
+        catalogue = ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, "\0topics"), 2)
+        victim = 1 - catalogue  # the catalogue's shard must answer the topic lookups
+        a, b = (on0, on1) if victim == 1 else (on1, on0)
+        pid = broker.children()[f"rafka-shard-{victim}"]
+        os.kill(pid, signal.SIGSTOP)  # stalled: not yet marked down
+        try:
+            got, took = _fetch(broker, topic, {a: 1, b: 0}, max_wait=500)
+            assert got[b]["error_code"] != 0 and got[a]["error_code"] == 0
+            assert took < 5, f"a fetch waited {took:.1f}s for a stalled shard"
+            wait_for(lambda: _fetch(broker, topic, {b: 0})[1] < 0.5, 15, "the gateway marks the shard down")
+            got, took = _fetch(broker, topic, {a: 1, b: 0}, max_wait=1000)
+            assert got[b]["error_code"] != 0
+            assert took > 0.8, f"the down shard's error ended the long poll at once ({took:.2f}s): clients spin"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        broker.stop()

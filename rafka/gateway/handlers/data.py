@@ -32,12 +32,14 @@ from typing import Any
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, partition_error
 from rafka.gateway.handlers.topics import INTERNAL_TOPICS, group_call, topic_cache
+from rafka.gateway.router import ShardUnavailable
 from rafka.gateway.server import CLOSE_INSTEAD
 from rafka.protocol.records import BATCH_HEADER_SIZE, CompressionType, CorruptRecordError, parse_header, split_batches
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway")
 _fetch_ids = itertools.count(1)
+FETCH_SLACK = 1.0  # seconds past a fetch's max_wait that a stalled shard's answer is waited for
 _gateway_tag = uuid.uuid4().hex[:8]
 
 
@@ -196,35 +198,56 @@ async def _resolve_fetch_topics(ctx: RequestContext, req: dict[str, Any]) -> lis
 
 async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
     """Fetch from every owning shard, each holding out for its share of ``min_bytes``; when one
-    answers with data or an error, cancel the others' waits (Kafka answers at once then too)."""
+    answers with data or a partition error, cancel the others' waits (Kafka answers at once then
+    too). A shard that has not answered ``FETCH_SLACK`` after ``max_wait`` is answered for with a
+    retriable error: a fetch only reads, so nothing is lost by not waiting for a stalled shard."""
     router = ctx.gateway.router
+    loop = asyncio.get_running_loop()
     by_shard: dict[int, list[dict[str, Any]]] = {}
     for p in parts:
         by_shard.setdefault(router.shard_for_partition(ctx.org_id, p["topic"], p["partition"]), []).append(p)
     fetch_id = f"{_gateway_tag}:{next(_fetch_ids)}"
-    share = {**extra, "fetch_id": fetch_id, "min_bytes": max(1, extra["min_bytes"] // len(by_shard))}
+    min_bytes = extra["min_bytes"]
+    share = {**extra, "fetch_id": fetch_id, "min_bytes": max(1, min_bytes // len(by_shard)) if min_bytes > 0 else 0}
     futs = {router.call(s, Op.FETCH, ctx.org_id, {**share, "partitions": ps}, ctx.trace): s
             for s, ps in by_shard.items()}
+    deadline = loop.time() + extra["max_wait_ms"] / 1000 + FETCH_SLACK
     pending = set(futs)
+    cancelled = False
     while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        ended = any(f.exception() or any(p.get("records") or p.get("error_code") for p in f.result()["partitions"])
+        done, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()),
+                                           return_when=asyncio.FIRST_COMPLETED)
+        if not done:
+            break
+        # a shard that is down fails at once: that ends no wait, its partitions answer after max_wait
+        ended = any(not f.exception() and any(p.get("records") or p.get("error_code") for p in f.result()["partitions"])
                     for f in done)
-        if ended and pending:
+        if ended and not cancelled:
+            cancelled = True
             for f in pending:
-                router.call(futs[f], Op.FETCH_CANCEL, ctx.org_id, {"fetch_id": fetch_id}, ctx.trace)
+                _quietly(router.call(futs[f], Op.FETCH_CANCEL, ctx.org_id, {"fetch_id": fetch_id}, ctx.trace))
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for f, s in futs.items():
-        if f.exception():
+        if not f.done():
+            _quietly(f)
+            _quietly(router.call(s, Op.FETCH_CANCEL, ctx.org_id, {"fetch_id": fetch_id}, ctx.trace))
+            exc: BaseException | None = ShardUnavailable(f"shard {s} did not answer a fetch in time")
+        else:
+            exc = f.exception()
+        if exc is not None:
             for p in by_shard[s]:
-                out[(p["topic"], p["partition"])] = {"error_code": partition_error(f.exception()),  # type: ignore[arg-type]
-                                                     "unanswered": True}
+                out[(p["topic"], p["partition"])] = {"error_code": partition_error(exc), "unanswered": True}  # type: ignore[arg-type]
         else:
             for r in f.result()["partitions"]:
                 out[(r["topic"], r["partition"])] = r
     if len(by_shard) > 1:
         _spend_max_bytes(parts, out, extra["max_bytes"])
     return out
+
+
+def _quietly(fut: asyncio.Future[Any]) -> None:
+    """Nobody waits for ``fut``: retrieve its outcome when it comes, so asyncio logs nothing."""
+    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 def _spend_max_bytes(parts: list[dict[str, Any]], out: dict[tuple[str, int], dict[str, Any]], max_bytes: int) -> None:
