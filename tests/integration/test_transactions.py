@@ -156,6 +156,28 @@ def test_txn_offsets_are_pending_until_commit_and_dropped_on_abort(broker: Rafka
     assert _read(broker.bootstrap, dst, 1, "read_committed", 1) == [b"committed"]
 
 
+def test_offsets_sent_without_a_member_commit_while_the_group_has_members(broker: Rafka) -> None:
+    """KafkaJS sendOffsets({consumerGroupId}), Java's sendOffsetsToTransaction(offsets, groupId)
+    and TxnOffsetCommit v0-2 name no member or generation: Kafka takes such a commit while the
+    group has members (ClassicGroup.validateOffsetCommit exempts transactional commits)."""
+    src, dst, group, tid = _names()
+    create_topic(broker.bootstrap, src, 1)
+    create_topic(broker.bootstrap, dst, 1)
+    member = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    member.subscribe([src])
+    wait_for(lambda: member.poll(0.2) is None and bool(member.assignment()), 20, "the member holds the partition")
+    outsider = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})  # never joins
+    p = _producer(broker.bootstrap, tid)
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(dst, value=b"out")
+    p.send_offsets_to_transaction([TopicPartition(src, 0, 3)], outsider.consumer_group_metadata(), 15)
+    p.commit_transaction(15)
+    assert _offset_fetch(broker, group, src, require_stable=True) == (3, 0)
+    member.close()
+    outsider.close()
+
+
 def test_aborted_transaction_invisible_to_read_committed_only(broker: Rafka) -> None:
     _src, dst, _group, tid = _names()
     create_topic(broker.bootstrap, dst, 2)

@@ -8,7 +8,9 @@ from typing import Any
 from rafka.shard.groups import GroupConfig, GroupCoordinator
 from rafka.shard.groups.consumer import ConsumerGroupCoordinator
 from rafka.shard.groups.errors import Errors
+from rafka.shard.log.manager import LogManager
 from rafka.shard.records import Record, RecordType
+from rafka.shard.txn.participant import TxnOffsets, TxnParticipant
 from tests.shard.test_groups_context import GroupsTestContext, Response, roundtrip
 
 T1 = "00000000-0000-0000-0000-000000000001"
@@ -257,6 +259,27 @@ def test_offsets_fenced_by_member_epoch() -> None:
     assert r.error == 0 and r["topics"][0]["partitions"][0]["committed_offset"] == 5
     assert ctx.call("offset_fetch", dict(fetch, member_epoch=0)).error == Errors.STALE_MEMBER_EPOCH
     assert ctx.call("offset_fetch", dict(fetch, member_epoch=-1, member_id=None)).error == 0
+
+
+def test_transactional_offset_commits_to_a_consumer_group() -> None:
+    """Kafka's ConsumerGroup.validateOffsetCommit accepts a transactional commit naming no member,
+    and validateTransactionalOffsetCommit answers a stale epoch ILLEGAL_GENERATION."""
+    ctx = Ctx()
+    ctx.hb("m1", 0, ["t"])
+    ctx.hb("m1", 1, ["t"], owned={T1: set(range(6))})
+    participant = TxnParticipant(ctx.coord, LogManager(), TxnOffsets())
+
+    def txn(**op: Any) -> int:
+        _, resp = participant.txn_offset_commit(ctx.org, {
+            "group_id": "g", "producer_id": 7, "producer_epoch": 0, "generation_id": -1, "member_id": "",
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1}]}], **op}, ctx.now)
+        return int(resp["topics"][0]["partitions"][0]["error_code"])
+
+    assert txn() == 0
+    assert txn(generation_id=1, member_id="m1") == 0
+    assert txn(generation_id=0, member_id="m1") == Errors.ILLEGAL_GENERATION
+    assert txn(generation_id=2, member_id="m1") == Errors.FENCED_MEMBER_EPOCH
+    assert txn(generation_id=1, member_id="nobody") == Errors.UNKNOWN_MEMBER_ID
 
 
 def test_list_describe_delete_and_classic_join() -> None:

@@ -198,3 +198,27 @@ def test_txn_offset_commit_is_fenced_like_an_offset_commit() -> None:
         "group_id": "nogroup", "producer_id": 7, "producer_epoch": 0, "generation_id": 3, "member_id": "m",
         "topics": [{"name": "in", "partitions": [{"partition_index": 0, "committed_offset": 1}]}]}, 0)
     assert resp["topics"][0]["partitions"][0]["error_code"] == 22  # ILLEGAL_GENERATION
+
+
+def _txn_commit(ctx: LogCtx, group_id: str, **op: Any) -> int:
+    _, resp = ctx.participant.txn_offset_commit(ORG, {
+        "group_id": group_id, "producer_id": 7, "producer_epoch": 0, "generation_id": -1, "member_id": "",
+        "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1}]}], **op}, 0)
+    return int(resp["topics"][0]["partitions"][0]["error_code"])
+
+
+def test_a_transactional_commit_skips_a_classic_groups_member_and_rebalance_checks() -> None:
+    """Kafka's ClassicGroup.validateOffsetCommit: TxnOffsetCommit v0-2 cannot name a member, and
+    a group's state is not enforced for transactional commits (a plain commit gets 25 and 27)."""
+    ctx = LogCtx()
+    ctx.groups.stable_group("stable")
+    assert _txn_commit(ctx, "stable") == 0
+    assert ctx.groups.commit("stable", {"t": {0: 1}})["topics"][0]["partitions"][0]["error_code"] == 25
+    member, joined = ctx.groups.join_new_member("syncing")
+    ctx.groups.sleep(0)
+    generation = joined["generation_id"]
+    assert ctx.groups.state("syncing") == "CompletingRebalance"
+    assert _txn_commit(ctx, "syncing", generation_id=generation, member_id=member) == 0
+    plain = ctx.groups.commit("syncing", {"t": {0: 1}}, generation=generation, member_id=member)
+    assert plain["topics"][0]["partitions"][0]["error_code"] == 27
+    assert _txn_commit(ctx, "syncing", generation_id=generation + 1, member_id=member) == 22

@@ -335,8 +335,11 @@ class ClassicGroup:
             return Errors.UNKNOWN_MEMBER_ID
         return Errors.NONE
 
-    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> int:
-        """Kafka's ``ClassicGroup.validateOffsetCommit`` (non-transactional); an error code or NONE."""
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int,
+                               transactional: bool = False) -> int:
+        """Kafka's ``ClassicGroup.validateOffsetCommit``; an error code or NONE. A transactional
+        commit need not name a member (TxnOffsetCommit v0-2 cannot) and is not held back by a
+        rebalance: the group's state is not enforced for it."""
         if self.state is S.DEAD:
             return Errors.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and self.state is S.EMPTY:
@@ -347,9 +350,9 @@ class ClassicGroup:
                 return error
             if generation_id != self.generation_id:
                 return Errors.ILLEGAL_GENERATION
-        elif self.state is not S.EMPTY:
+        elif not transactional and self.state is not S.EMPTY:
             return Errors.UNKNOWN_MEMBER_ID
-        if self.state is S.COMPLETING_REBALANCE:
+        if not transactional and self.state is S.COMPLETING_REBALANCE:
             return Errors.REBALANCE_IN_PROGRESS
         return Errors.NONE
 

@@ -27,6 +27,7 @@ from rafka.shard.records import Record, RecordType
 ILLEGAL_GENERATION = 22
 OFFSET_METADATA_TOO_LARGE = 12
 UNSTABLE_OFFSET_COMMIT = 88
+STALE_MEMBER_EPOCH = 113
 Result = tuple[list[Record], dict[str, Any]]
 PendingKey = tuple[str, int]
 
@@ -81,13 +82,13 @@ class TxnParticipant:
         member_id, instance_id = op.get("member_id") or "", op.get("group_instance_id")
         consumer = getattr(self.groups, "consumer", None)
         if consumer is not None:
-            error = consumer.validate_offset_commit(org_id, group_id, member_id, instance_id, generation, 9)
-            if error is not None:
-                return int(error)
+            error = consumer.validate_offset_commit(org_id, group_id, member_id, instance_id, generation, 9, True)
+            if error is not None:  # Kafka's validateTransactionalOffsetCommit: a stale epoch is ILLEGAL_GENERATION
+                return ILLEGAL_GENERATION if error == STALE_MEMBER_EPOCH else int(error)
         group = self.groups._group(org_id, group_id)
         if group is None:
             return 0 if generation < 0 else ILLEGAL_GENERATION
-        return int(group.validate_offset_commit(member_id, instance_id, generation))
+        return int(group.validate_offset_commit(member_id, instance_id, generation, transactional=True))
 
     def txn_offset_commit(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
         """TxnOffsetCommit. ``op = {transactional_id, group_id, producer_id, producer_epoch,

@@ -612,19 +612,22 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
 
     # ================================================ hooks for the classic coordinator
     def validate_offset_commit(self, org_id: str, group_id: str, member_id: str, instance_id: str | None,
-                               member_epoch: int, api_version: int) -> int | None:
-        """None if ``group_id`` is not a consumer group; else an error code (NONE = accept)."""
+                               member_epoch: int, api_version: int, transactional: bool = False) -> int | None:
+        """None if ``group_id`` is not a consumer group; else an error code (NONE = accept). A
+        transactional commit naming no member is accepted (Kafka's ConsumerGroup.validateOffsetCommit)."""
         group = self.group(org_id, group_id)
         if group is None:
             return None
         if member_epoch < 0 and not group.members:
             return Errors.NONE  # admin client or a consumer without group management
+        if transactional and member_epoch == -1 and not member_id and instance_id is None:
+            return Errors.NONE
         member = group.members.get(member_id)
         if member is None:
             return Errors.UNKNOWN_MEMBER_ID
         if member.uses_classic_protocol:  # a classic member: its generation is its member epoch
             return Errors.NONE if member_epoch == member.member_epoch else Errors.ILLEGAL_GENERATION
-        if api_version < 9:
+        if not transactional and api_version < 9:
             return Errors.UNSUPPORTED_VERSION
         if member_epoch > member.member_epoch:
             return Errors.FENCED_MEMBER_EPOCH
