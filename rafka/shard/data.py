@@ -95,7 +95,7 @@ class DataPlane:
         state.data = self
         state.register_replay(RecordType.TOPIC, self.catalog.replay)
         for rtype in (RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCER_STATE,
-                      RecordType.TOPIC_DROPPED):
+                      RecordType.TOPIC_DROPPED, RecordType.PRODUCERS_EXPIRED):
             state.register_replay(rtype, self._replay_log)
         self._state = state
 

@@ -30,6 +30,7 @@ class RecordType(IntEnum):
     TXN_METADATA = 14  # key (org, transactional_id); value dict | None (rafka.shard.txn.state)
     TXN_OFFSET_COMMIT = 15  # key (org, group, producer_id, topic, partition); value dict | None (pending)
     TOPIC_DROPPED = 16  # key (org, topic, coordinator partition); value newest incarnation deleted (log.manager)
+    PRODUCERS_EXPIRED = 17  # key (org, topic, partition); value [producer ids] the partition forgets (log.manager)
 
 
 class Record(NamedTuple):

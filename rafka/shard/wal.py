@@ -68,7 +68,7 @@ META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TO
               RecordType.GROUP_CONFIG, RecordType.TOPIC_DROPPED,
               RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET,
               RecordType.TXN_METADATA, RecordType.TXN_OFFSET_COMMIT}
-DATA_TYPES = {RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE}
+DATA_TYPES = {RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCERS_EXPIRED}
 
 
 class WalError(Exception):

@@ -184,12 +184,26 @@ def test_producer_state_is_rebuilt_by_replay() -> None:
     assert fresh.leo == 3
 
 
-def test_idle_producers_expire_through_a_tombstone() -> None:
+def test_idle_producers_expire_on_each_partition() -> None:
     ctx = Ctx()
     ctx.send(1, 0, 0, now_ms=1000)
     ctx.send(2, 0, 0, now_ms=5000)
     records = ctx.manager.retention(1000 + PRODUCER_ID_EXPIRATION_MS)
-    assert records == [Record(RecordType.PRODUCER_STATE, (ORG, 1), None)]
+    assert records == [Record(RecordType.PRODUCERS_EXPIRED, (ORG, "t", 0), [1])]
     ctx.apply(records)
     assert ok(ctx.send(1, 0, 17), 2)  # forgotten: accepted as a new producer
     assert ctx.send(2, 0, 17)["error_code"] == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_old_allocations_are_dropped_and_their_ids_stay_taken() -> None:
+    ctx = Ctx()
+    old = ctx.init(now_ms=1_000)["producer_id"]
+    assert ctx.manager.retention(1_000 + PRODUCER_ID_EXPIRATION_MS - 1) == []
+    tombstones = ctx.manager.retention(1_000 + PRODUCER_ID_EXPIRATION_MS)
+    assert tombstones == [Record(RecordType.PRODUCER_STATE, (ORG, old), None)]
+    ctx.apply(tombstones)
+    assert ctx.manager.producer_ids.allocated == {}
+    fresh = ProducerIdManager()
+    for r in ctx.records:
+        fresh.replay(r)
+    assert fresh.allocated == {} and fresh.init_producer_id(ORG, {}, 1_000)[1]["producer_id"] > old

@@ -160,22 +160,23 @@ class StartTimer:
         self.scheduled[key] = (delay_ms, callback)
 
 
-def test_a_producer_that_expired_before_a_restart_is_not_back_after_it(tmp_path: Path) -> None:
+def test_a_producer_that_expired_before_a_restart_stays_expired_after_it(tmp_path: Path) -> None:
+    """The expiry is written to the partition's own stream, after the batches that made the
+    producer known, so replay forgets it again."""
     shard = Shard(tmp_path)
     shard.produce(0, batch={"producer_id": 9, "producer_epoch": 3, "base_sequence": 0})
     now = PRODUCER_ID_EXPIRATION_MS + 1
-    shard.apply(shard.logs.retention(now))  # producer 9 expires
+    expiry = shard.logs.retention(now)
+    assert {shard.wal.stream_key(r)[0] for r in expiry} == {"logs"}, \
+        "only the partition's own stream: another shard may own the producer-id partition's"
+    shard.apply(expiry)
     after = shard.restart()
-    assert 9 in after.logs.logs[(ORG, "t", 0)].producers.entries, "replay order brings it back until a pass"
-    timer = StartTimer()
-    plane = DataPlane(0, timer)
-    plane.logs = after.logs
-    plane.start(now)
-    delay, first_pass = timer.scheduled["log-retention"]
-    assert delay == 0, "the first pass runs as soon as the shard has recovered"
-    after.apply(first_pass(now))
+    assert 9 not in after.logs.logs[(ORG, "t", 0)].producers.entries
     back = after.produce(now, batch={"producer_id": 9, "producer_epoch": 2, "base_sequence": 0})
     assert back["error_code"] == 0, "a producer id that expired starts afresh, whatever its epoch"
+    timer = StartTimer()
+    DataPlane(0, timer).start(now)
+    assert timer.scheduled["log-retention"][0] == 0, "the first retention pass runs as soon as the shard has recovered"
 
 
 def test_a_deleted_topic_is_remembered_across_a_restart(tmp_path: Path) -> None:

@@ -23,7 +23,11 @@ Records (key ``(org, topic, partition)`` unless noted):
   the topic deleted on this shard (a meta record, one per coordinator partition the
   topic's logs here belong to, so it moves with them when the shard count changes).
 * ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
-  allocates an id; ``None`` forgets an expired producer on every partition.
+  allocates an id; ``None`` drops the allocation once it is older than
+  ``producer.id.expiration.ms`` (a meta record of the org's producer-id partition).
+* ``PRODUCERS_EXPIRED`` key ``(org, topic, partition)``: ``[producer ids]`` the
+  partition forgets, idle longer than ``producer.id.expiration.ms`` (each partition
+  expires its own producers, as Kafka's ProducerStateManager does, in its own stream).
 
 Transactions: ``fetch`` with isolation_level 1 stops at each partition's last
 stable offset and lists the aborted transactions in the fetched range;
@@ -414,19 +418,19 @@ class LogManager:
         return records
 
     def retention(self, now_ms: int) -> list[Record]:
-        """Periodic: truncate logs past ``retention.ms``/``retention.bytes`` and expire idle producers."""
+        """Periodic: truncate logs past ``retention.ms``/``retention.bytes``, expire each log's idle
+        producers (never one with an open transaction) and old producer id allocations."""
         records = []
-        last_seen: dict[tuple[str, int], int] = {}
+        expiry = self.producer_id_expiration_ms
         for key, log in sorted(self.logs.items()):
             new_start = log.retention_log_start(now_ms)
             if new_start is not None:
                 records.append(Record(RecordType.PARTITION_TRUNCATE, key, _truncate(log, new_start)))
-            for pid, entry in log.producers.entries.items():
-                seen = now_ms if pid in log.ongoing_txns else entry.last_append_ms  # never expire an open txn
-                last_seen[(key[0], pid)] = max(last_seen.get((key[0], pid), -1), seen)
-        for (org_id, pid), last_ms in sorted(last_seen.items()):
-            if now_ms - last_ms >= self.producer_id_expiration_ms:
-                records.append(Record(RecordType.PRODUCER_STATE, (org_id, pid), None))
+            idle = sorted(pid for pid, entry in log.producers.entries.items()
+                          if now_ms - entry.last_append_ms >= expiry and pid not in log.ongoing_txns)
+            if idle:
+                records.append(Record(RecordType.PRODUCERS_EXPIRED, key, idle))
+        records += [Record(RecordType.PRODUCER_STATE, key, None) for key in self.producer_ids.expired(now_ms, expiry)]
         return records
 
     # ----------------------------------------------------------------- replay
@@ -442,12 +446,12 @@ class LogManager:
             topic = (key[0], key[1])
             self.dropped[topic] = max(self.dropped.get(topic, 0), int(record.value))
         elif record.type == RecordType.PRODUCER_STATE:
-            if record.value is not None:
-                self.producer_ids.replay(record)
-                return
-            for (org_id, _, _), log in self.logs.items():
-                if org_id == key[0]:
-                    log.producers.remove(key[1])
+            self.producer_ids.replay(record)
+        elif record.type == RecordType.PRODUCERS_EXPIRED:
+            log = self.logs.get(key)
+            if log is not None:
+                for pid in record.value:
+                    log.producers.remove(pid)
         else:
             raise ValueError(f"LogManager cannot replay record type {record.type}")
 

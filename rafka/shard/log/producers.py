@@ -23,8 +23,10 @@ How this works (Kafka's ProducerStateManager / ProducerAppendInfo / ProducerStat
   ``update`` records an appended batch; it is called from replay only, so the
   state is rebuilt from ``PARTITION_BATCH`` records exactly as Kafka rebuilds it
   from the log.
-* A producer idle longer than ``producer.id.expiration.ms`` is forgotten through
-  a ``PRODUCER_STATE`` tombstone (see ``LogManager.retention``).
+* A producer idle on a partition longer than ``producer.id.expiration.ms`` is
+  forgotten there through a ``PRODUCERS_EXPIRED`` record in that partition's stream,
+  and its allocation record through a ``PRODUCER_STATE`` tombstone once it is that
+  old (see ``LogManager.retention``).
 """
 
 from __future__ import annotations
@@ -174,6 +176,7 @@ class ProducerIdManager:
             raise ValueError(f"{partitions} coordinator partitions do not fit in {PARTITION_BITS} bits")
         self.partitions = partitions
         self.next_counter: dict[int, int] = {}  # coordinator partition → its next counter
+        self.allocated: dict[tuple[str, int], int] = {}  # (org, idempotent producer id) → allocated_ms
 
     def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int) -> tuple[list[Record], dict[str, Any]]:
         """InitProducerId. ``op = {transactional_id, transaction_timeout_ms, producer_id, producer_epoch}``.
@@ -201,7 +204,17 @@ class ProducerIdManager:
             partition = producer_id & ((1 << PARTITION_BITS) - 1)
             self.next_counter[partition] = max(self.next_counter.get(partition, 0), (producer_id >> PARTITION_BITS) + 1)
 
+    def expired(self, now_ms: int, expiration_ms: int) -> list[tuple[str, int]]:
+        """The allocations older than ``expiration_ms``, for tombstones: the clock-based counter
+        no longer needs them, and the producer has expired on every partition by then."""
+        return sorted(k for k, ms in self.allocated.items() if now_ms - ms >= expiration_ms)
+
     def replay(self, record: Record) -> None:
-        """Move the counter past an allocated id."""
-        if record.value is not None:
-            self.observe(record.key[1])
+        """Move the counter past an allocated idempotent producer id, or forget an old allocation
+        (a tombstone; those written before partitions expired their own producers are read alike)."""
+        key = (record.key[0], record.key[1])
+        if record.value is None:
+            self.allocated.pop(key, None)
+            return
+        self.observe(key[1])
+        self.allocated[key] = record.value.get("allocated_ms", 0)
