@@ -282,6 +282,28 @@ def test_transactional_offset_commits_to_a_consumer_group() -> None:
     assert txn(generation_id=1, member_id="nobody") == Errors.UNKNOWN_MEMBER_ID
 
 
+def test_offsets_of_a_consumer_group_expire_and_the_empty_group_goes() -> None:
+    """Kafka's ConsumerGroup.offsetExpirationCondition: offsets of topics no member subscribes to
+    expire a retention after their commit; an Empty group without offsets is deleted."""
+    ctx = Ctx(offsets_retention_ms=10_000)
+    ctx.hb("m1", 0, ["t"])
+    commit = {"group_id": "g", "member_id": "m1", "generation_id_or_member_epoch": 1, "api_version": 9,
+              "topics": [{"name": n, "partitions": [{"partition_index": 0, "committed_offset": 5}]}
+                         for n in ("t", "other")]}
+    assert [p["error_code"] for t in ctx.call("offset_commit", commit)["topics"] for p in t["partitions"]] == [0, 0]
+    ctx.sleep(11_000)
+    expired = ctx.coord.expire_offsets(ctx.now)
+    assert [r.key for r in expired] == [(ctx.org, "g", "other", 0)], "the subscribed topic's offset stays"
+    ctx.write(expired)
+    ctx.hb("m1", -1, ["t"])  # leaves: the group is Empty, and its last offset 11 s old
+    assert ctx.cgroup() is not None
+    ctx.write(ctx.coord.expire_offsets(ctx.now))
+    assert ctx.cgroup() is None, "the Empty group without offsets is deleted"
+    fetch = ctx.call("offset_fetch", {"group_id": "g", "member_id": None, "member_epoch": -1,
+                                      "topics": [{"name": "t", "partition_indexes": [0]}]})
+    assert fetch["topics"][0]["partitions"][0]["committed_offset"] == -1
+
+
 def test_list_describe_delete_and_classic_join() -> None:
     ctx = Ctx()
     ctx.hb("m1", 0, ["t"])

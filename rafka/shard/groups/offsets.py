@@ -12,7 +12,8 @@ refused while the group waits for the leader's assignment.
 Expiration runs every ``offsets_retention_check_interval_ms``: offsets of an
 Empty group expire ``offsets_retention_ms`` after the group became Empty; those
 of a group with no protocol type (simple consumers) after their commit time;
-those of a Stable consumer group only for topics it no longer subscribes to. An
+those of a Stable consumer group only for topics it no longer subscribes to; those of
+a KIP-848 group for the topics no member subscribes to, after their commit time. An
 Empty group left with no offsets is deleted, as in Kafka.
 """
 
@@ -201,8 +202,32 @@ class OffsetsMixin(MembershipMixin):
                 all_expired = self._expire_group_offsets(group, now_ms, retention, records)
             if all_expired and group.state is S.EMPTY:
                 records.append(new_group_tombstone(org_id, group_id))
+        if self.consumer is not None:
+            for (org_id, group_id), group in list(self.consumer.groups.items()):
+                self._expire_consumer_group(org_id, group_id, group, now_ms, retention, records)
         self.expired_offsets += sum(1 for r in records if r.value is None and len(r.key) == 4)
         return records
+
+    def _expire_consumer_group(self, org_id: str, group_id: str, group: Any, now_ms: int, retention: int,
+                               records: list[Record]) -> None:
+        """A KIP-848 group (Kafka's ConsumerGroup.offsetExpirationCondition): offsets of topics no
+        member subscribes to expire ``retention`` after their commit; an Empty group left without
+        offsets is deleted."""
+        subscribed = group.all_subscribed_names()
+        all_expired = True
+        for topic in self.offsets.topics(org_id, group_id):
+            if topic in subscribed:
+                all_expired = False
+                continue
+            for index, raw in self.offsets.raw_partitions(org_id, group_id, topic):
+                if now_ms - entry_commit_ts(raw) >= retention:
+                    records.append(new_offset_commit_tombstone(org_id, group_id, topic, index))
+                else:
+                    all_expired = False
+        if all_expired and not group.members:
+            deleted = self.consumer.delete_group(org_id, group_id)
+            if deleted is not None:
+                records += deleted[1]
 
     def _expire_group_offsets(self, group: ClassicGroup, now_ms: int, retention: int, records: list[Record]) -> bool:
         """Append tombstones for ``group``'s expired offsets; True if none would remain."""
