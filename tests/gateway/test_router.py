@@ -73,11 +73,17 @@ async def _until(predicate: Any, seconds: float) -> None:
     raise AssertionError("condition not reached")
 
 
+async def _stalled_holding(router: ShardRouter, shard: StandInShard, op: Op) -> asyncio.Future[Any]:
+    """Send ``op``; once the shard holds it, stall the shard. The call's future."""
+    call = router.call(0, op, "org", {"records": b"x"})
+    await _until(lambda: shard.held, 2)
+    shard.responsive = False
+    return call
+
+
 def test_a_stalled_shard_is_marked_down_but_answers_what_it_was_sent(tmp_path: Path) -> None:
     async def scenario(router: ShardRouter, shard: StandInShard) -> None:
-        call = router.call(0, Op.PRODUCE, "org", {"records": b"x"})
-        await _until(lambda: shard.held, 2)
-        shard.responsive = False
+        call = await _stalled_holding(router, shard, Op.PRODUCE)
         await _until(lambda: not router.is_alive(0), 3)
         assert not call.done(), "a request the stalled shard holds is not failed"
         with pytest.raises(ShardUnavailable):
@@ -93,9 +99,7 @@ def test_a_stalled_shard_is_marked_down_but_answers_what_it_was_sent(tmp_path: P
 
 def test_a_restarted_shard_fails_what_the_old_process_held(tmp_path: Path) -> None:
     async def scenario(router: ShardRouter, shard: StandInShard) -> None:
-        call = router.call(0, Op.PRODUCE, "org", {"records": b"x"})
-        await _until(lambda: shard.held, 2)
-        shard.responsive = False
+        call = await _stalled_holding(router, shard, Op.PRODUCE)
         await _until(lambda: not router.is_alive(0), 3)
         await asyncio.sleep(1.0)  # more pings queue up than the router remembers; the new process answers them
         shard.held.clear()
@@ -111,9 +115,7 @@ def test_a_restarted_shard_fails_what_the_old_process_held(tmp_path: Path) -> No
 def test_a_stalled_shards_other_requests_fail_when_it_is_marked_down(tmp_path: Path) -> None:
     """Only produce waits out a stall: a read or a group op failed early is just retried."""
     async def scenario(router: ShardRouter, shard: StandInShard) -> None:
-        join = router.call(0, Op.JOIN_GROUP, "org", {})
-        await _until(lambda: shard.held, 2)
-        shard.responsive = False
+        join = await _stalled_holding(router, shard, Op.JOIN_GROUP)
         with pytest.raises(ShardUnavailable):
             await asyncio.wait_for(join, 3)
         assert not router.is_alive(0)
@@ -123,9 +125,7 @@ def test_a_stalled_shards_other_requests_fail_when_it_is_marked_down(tmp_path: P
 
 def test_a_shard_silent_past_give_up_after_has_its_requests_failed(tmp_path: Path) -> None:
     async def scenario(router: ShardRouter, shard: StandInShard) -> None:
-        call = router.call(0, Op.PRODUCE, "org", {})
-        await _until(lambda: shard.held, 2)
-        shard.responsive = False
+        call = await _stalled_holding(router, shard, Op.PRODUCE)
         await _until(lambda: not router.is_alive(0), 3)
         assert not call.done()
         with pytest.raises(ShardUnavailable):

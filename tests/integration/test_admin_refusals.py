@@ -1,13 +1,23 @@
 """Admin requests Kafka refuses, part by part, driven by real clients and raw requests:
-manual assignments of new partitions, and offsets of partitions that do not exist."""
+manual assignments of new partitions, offsets of partitions that do not exist, and ACLs
+(a broker without an authorizer)."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewPartitions,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from tests.integration.clients import create_topic
 from tests.integration.clients import unique_name as _name
@@ -155,3 +165,26 @@ def test_delete_topics_and_create_partitions_refuse_duplicates(rafka: Rafka) -> 
         (dup, 42, "Duplicate topic name."), (ok, 0, None)])
     listed = AdminClient({"bootstrap.servers": rafka.bootstrap}).list_topics(timeout=10).topics
     assert ok not in listed and len(listed[dup].partitions) == 1
+
+
+def test_acl_requests_answer_that_no_authorizer_is_configured(rafka: Rafka) -> None:
+    """rafka has no ACLs: like a Kafka without an authorizer it serves CreateAcls, DescribeAcls and
+    DeleteAcls with SECURITY_DISABLED, so kafka-acls and admin clients say why."""
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    binding = AclBinding(ResourceType.TOPIC, "t", ResourcePatternType.LITERAL, "User:alice", "*",
+                         AclOperation.READ, AclPermissionType.ALLOW)
+    match_all = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                 AclOperation.ANY, AclPermissionType.ANY)
+    for call in (lambda: admin.create_acls([binding])[binding].result(10),
+                 lambda: admin.delete_acls([match_all])[match_all].result(10)):
+        with pytest.raises(KafkaException) as refused:
+            call()
+        assert refused.value.args[0].name() == "SECURITY_DISABLED", refused.value.args[0]
+        assert "No Authorizer is configured" in refused.value.args[0].str()
+    # librdkafka's describe_acls drops the response's top-level error: ask raw
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        described = raw.request(29, 3, {"resource_type_filter": 1, "resource_name_filter": None,
+                                        "pattern_type_filter": 1, "principal_filter": None, "host_filter": None,
+                                        "operation": 1, "permission_type": 1})
+    assert (described["error_code"], described["error_message"], described["resources"]) == \
+        (54, "No Authorizer is configured.", [])

@@ -6,6 +6,9 @@ Version notes:
 - FindCoordinator 0–6: v4+ batches keys (``coordinator_keys``); the gateway is
   every group's and transaction's coordinator, the shards behind it own the state.
 - DescribeCluster 0–1: the gateway is the only broker and the controller.
+- DescribeAcls, CreateAcls, DeleteAcls 1–3: rafka has no ACLs (a client may do
+  everything within its organisation), so each answers as a Kafka without an
+  authorizer: SECURITY_DISABLED, "No Authorizer is configured." (AclApis).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 INVALID_REQUEST = 42
 MISMATCHED_ENDPOINT_TYPE = 114
 UNSUPPORTED_ENDPOINT_TYPE = 115
+SECURITY_DISABLED = 54
+NO_AUTHORIZER = "No Authorizer is configured."
 BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
 GROUP_COORDINATOR, TRANSACTION_COORDINATOR = 0, 1
 
@@ -79,3 +84,20 @@ async def describe_cluster(ctx: RequestContext, req: dict[str, Any]) -> dict[str
             "cluster_id": CLUSTER_ID, "controller_id": ctx.gateway.node_id, "brokers": [broker(ctx)],
             "cluster_authorized_operations": acl.authorized(req.get("include_cluster_authorized_operations"),
                                                             acl.CLUSTER)}
+
+
+@api(29, 1, 3, "kafka.describe-acls")
+async def describe_acls(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": SECURITY_DISABLED, "error_message": NO_AUTHORIZER, "resources": []}
+
+
+@api(30, 1, 3, "kafka.create-acls")
+async def create_acls(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": [{"error_code": SECURITY_DISABLED, "error_message": NO_AUTHORIZER}
+                                            for _ in req["creations"]]}
+
+
+@api(31, 1, 3, "kafka.delete-acls")
+async def delete_acls(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"throttle_time": 0, "filter_results": [
+        {"error_code": SECURITY_DISABLED, "error_message": NO_AUTHORIZER, "matching_acls": []} for _ in req["filters"]]}
