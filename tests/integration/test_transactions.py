@@ -178,6 +178,33 @@ def test_offsets_sent_without_a_member_commit_while_the_group_has_members(broker
     outsider.close()
 
 
+def test_an_admin_aborts_a_hanging_transaction_with_write_txn_markers(broker: Rafka) -> None:
+    """Admin.abortTransaction and kafka-transactions.sh abort: DescribeProducers finds the open
+    transaction, WriteTxnMarkers ends it, and read_committed readers move past it."""
+    _src, dst, _group, tid = _names()
+    create_topic(broker.bootstrap, dst, 1)
+    p = _producer(broker.bootstrap, tid, **{"transaction.timeout.ms": 60000})
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(dst, value=b"hanging")
+    assert p.flush(10) == 0
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    plain.produce(dst, value=b"after")
+    assert plain.flush(10) == 0
+    assert _read(broker.bootstrap, dst, 1, "read_committed") == [], "held back by the open transaction"
+    with RawClient("127.0.0.1", broker.port) as raw:
+        described = raw.request(61, 0, {"topics": [{"name": dst, "partition_indexes": [0]}]})
+        [open_txn] = [a for a in described["topics"][0]["partitions"][0]["active_producers"]
+                      if a["current_txn_start_offset"] >= 0]
+        marker = {"producer_id": open_txn["producer_id"], "producer_epoch": open_txn["producer_epoch"],
+                  "transaction_result": False, "coordinator_epoch": -1,
+                  "topics": [{"name": dst, "partition_indexes": [0]}, {"name": dst + "-none", "partition_indexes": [0]}]}
+        resp = raw.request(27, 1, {"markers": [marker]})
+    assert [[(t["name"], q["error_code"]) for q in t["partitions"]] for t in resp["markers"][0]["topics"]] == \
+        [[(dst, 0)], [(dst + "-none", 3)]]
+    assert _read(broker.bootstrap, dst, 1, "read_committed", 1) == [b"after"], "the aborted record stays hidden"
+
+
 def test_aborted_transaction_invisible_to_read_committed_only(broker: Rafka) -> None:
     _src, dst, _group, tid = _names()
     create_topic(broker.bootstrap, dst, 2)

@@ -8,6 +8,9 @@ Version notes:
   partitions with UNKNOWN_TOPIC_OR_PARTITION and the rest with OPERATION_NOT_ATTEMPTED.
 - AddOffsetsToTxn 0–3, EndTxn 0–4, TxnOffsetCommit 0–3 (to the group's shard):
   no KIP-890 (transaction version 2) versions are offered.
+- WriteTxnMarkers 1–2 (``Admin.abortTransaction``, ``kafka-transactions.sh abort``):
+  writes the markers to the partitions named, where the producer has an open
+  transaction; the coordinator is not told, as in Kafka.
 - DescribeTransactions 0, ListTransactions 0–1 fan out to the owning shards;
   DescribeProducers 0 asks each partition's shard for its producers and the
   start offset of their open transaction (``kafka-transactions.sh describe-producers``).
@@ -23,7 +26,7 @@ import datetime
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
-from rafka.gateway.handlers.errors import Err, coordinator_error
+from rafka.gateway.handlers.errors import Err, coordinator_error, partition_error
 from rafka.gateway.handlers.topics import group_call, known_partitions, topic_cache, with_refused
 from rafka.gateway.txn import complete_transaction
 from rafka.rail import Op
@@ -210,3 +213,37 @@ async def describe_producers(ctx: RequestContext, req: dict[str, Any]) -> dict[s
                         "active_producers": a.get("active_producers", [])})
         out.append({"name": t["name"], "partitions": prs})
     return {"throttle_time": 0, "topics": out}
+
+
+@api(27, 1, 2, "txn.write-markers")
+async def write_txn_markers(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    """Commit or abort markers for a producer's open transaction on the partitions named: the
+    admin's way to end a hanging transaction (one its coordinator no longer tracks)."""
+    from rafka.gateway.handlers.data import _topics
+
+    router = ctx.gateway.router
+    out = []
+    for m in req["markers"]:
+        infos, missing = await _topics(ctx, [t["name"] for t in m["topics"]], False)
+        codes: dict[tuple[str, int], int] = {}
+        by_shard: dict[int, list[list[Any]]] = {}
+        for t in m["topics"]:
+            info = infos.get(t["name"])
+            for p in t["partition_indexes"]:
+                if info is None or not 0 <= p < info["partitions"]:
+                    codes[(t["name"], p)] = missing if info is None else Err.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    by_shard.setdefault(router.shard_for_partition(ctx.org_id, t["name"], p), []).append([t["name"], p])
+        marker = {"producer_id": m["producer_id"], "producer_epoch": m["producer_epoch"],
+                  "committed": bool(m["transaction_result"]), "groups": []}
+        shards = list(by_shard)
+        results = await asyncio.gather(*(router.call(s, Op.TXN_WRITE_MARKERS, ctx.org_id,
+                                                     {"markers": [{**marker, "partitions": by_shard[s]}]}, ctx.trace)
+                                         for s in shards), return_exceptions=True)
+        for s, res in zip(shards, results):
+            for topic, p in by_shard[s]:
+                codes[(topic, p)] = partition_error(res) if isinstance(res, BaseException) else 0
+        out.append({"producer_id": m["producer_id"], "topics": [
+            {"name": t["name"], "partitions": [{"partition_index": p, "error_code": codes[(t["name"], p)]}
+                                               for p in t["partition_indexes"]]} for t in m["topics"]]})
+    return {"markers": out}
