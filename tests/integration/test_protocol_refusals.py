@@ -1,6 +1,7 @@
 """Requests Kafka answers with an error or a closed connection, sent raw to a real broker:
 a failed acks=0 produce, a batch not at offset 0, an incremental fetch without a session,
-KIP-511 client names, unknown coordinator and endpoint types."""
+a leader epoch the partition does not have, KIP-511 client names, unknown coordinator and
+endpoint types."""
 
 from __future__ import annotations
 
@@ -72,6 +73,31 @@ def test_an_incremental_fetch_without_a_session_is_refused(rafka: Rafka) -> None
         assert (full["error_code"], full["session_id"]) == (0, 0)
         assert fetch(0, -1)["error_code"] == 0
         assert fetch(12345, 3)["error_code"] == 70  # FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_fetch_and_list_offsets_check_the_current_leader_epoch(rafka: Rafka) -> None:
+    """Every partition's leader epoch is 0, as Metadata says; Kafka's checkCurrentLeaderEpoch
+    answers a newer one UNKNOWN_LEADER_EPOCH and an older one FENCED_LEADER_EPOCH (-1: none)."""
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        def fetch(epoch: int) -> int:
+            part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": epoch,
+                    "log_start_offset": -1}
+            resp = raw.request(1, 11, {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                                       "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                                       "topics": [{"topic": topic, "partitions": [part]}],
+                                       "forgotten_topics_data": [], "rack_id": ""})
+            return int(resp["responses"][0]["partitions"][0]["error_code"])
+
+        def list_offsets(epoch: int) -> tuple[int, int]:
+            resp = raw.request(2, 9, {"replica_id": -1, "isolation_level": 0, "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": epoch, "timestamp": -1}]}]})
+            p = resp["topics"][0]["partitions"][0]
+            return int(p["error_code"]), int(p["leader_epoch"])
+
+        assert [fetch(e) for e in (-1, 0, 5, -2)] == [0, 0, 75, 74]
+        assert [list_offsets(e) for e in (-1, 0, 5, -2)] == [(0, 0), (0, 0), (75, -1), (74, -1)]
 
 
 def test_cluster_apis_refuse_what_kafka_refuses(rafka: Rafka) -> None:

@@ -10,11 +10,13 @@ Version notes:
   the one max_bytes. A fetch of nothing is answered at once. No incremental fetch
   sessions: session_id 0 tells clients so.
 - ListOffsets 1–9 (under read_committed "latest" is the last stable offset, and
-  a timestamp lookup finds nothing at or past it),
-  DeleteRecords 0–2, InitProducerId 0–5 (a transactional id goes to the
-  transaction coordinator, see txn.py). Transactional batches are produced like
-  any other; Fetch with isolation_level 1 stops at the last stable offset and
-  carries the aborted transactions.
+  a timestamp lookup finds nothing at or past it), DeleteRecords 0–2,
+  InitProducerId 0–5 (a transactional id goes to the transaction coordinator, see
+  txn.py). Transactional batches are produced like any other; Fetch with
+  isolation_level 1 stops at the last stable offset and carries the aborted
+  transactions.
+- Fetch and ListOffsets check the client's current leader epoch against the one
+  every partition has, 0 (UNKNOWN_LEADER_EPOCH above it, FENCED_LEADER_EPOCH below).
 Each partition's log is owned by shard ``stable_hash(org_id, topic, partition)``;
 requests are split per owning shard and the answers merged in request order.
 """
@@ -70,6 +72,16 @@ async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], 
             for r in res["partitions"]:
                 out[(r["topic"], r["partition"])] = r
     return out
+
+
+LEADER_EPOCH = 0  # every partition's, as Metadata says: rafka's partitions never change leader
+
+
+def _leader_epoch_error(epoch: int | None) -> int:
+    """Kafka's Partition.checkCurrentLeaderEpoch against rafka's one epoch (-1: none given)."""
+    if epoch is None or epoch == -1 or epoch == LEADER_EPOCH:
+        return Err.NONE
+    return Err.UNKNOWN_LEADER_EPOCH if epoch > LEADER_EPOCH else Err.FENCED_LEADER_EPOCH
 
 
 def _forget_stale(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, Any]]) -> None:
@@ -286,11 +298,14 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
                  "last_stable_offset": -1, "log_start_offset": -1, "records": b""} for p in t["partitions"]]}
             for t in req["topics"]]}
     parts = []
+    refused: dict[tuple[str, int], dict[str, Any]] = {}
     for t, name, topic_id, info in resolved:
         if name is None:
             continue
         for p in t["partitions"]:
-            if 0 <= p["partition"] < info["partitions"]:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION for the rest
+            if epoch_error := _leader_epoch_error(p.get("current_leader_epoch")):
+                refused[(name, p["partition"])] = {"error_code": epoch_error}
+            elif 0 <= p["partition"] < info["partitions"]:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION for the rest
                 parts.append({"topic": name, "partition": p["partition"], "fetch_offset": p["fetch_offset"],
                               "partition_max_bytes": p["partition_max_bytes"],
                               "topic_id": str(topic_id) if topic_id else None, "incarnation": info.get("incarnation", 0)})
@@ -298,6 +313,7 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
              "max_bytes": req.get("max_bytes", 2**31 - 1), "isolation_level": req.get("isolation_level", 0)}
     answers = await _parked_fetch(ctx, parts, extra) if parts else {}
     _forget_stale(ctx, answers)
+    answers.update(refused)
     missing = Err.UNKNOWN_TOPIC_ID if ctx.api_version >= 13 else Err.UNKNOWN_TOPIC_OR_PARTITION
     responses = []
     for t, name, topic_id, _ in resolved:
@@ -323,18 +339,22 @@ async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, An
               **_incarnation(infos[t["name"]])}  # type: ignore[arg-type]
              for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
              if 0 <= p["partition_index"] < infos[t["name"]]["partitions"]  # type: ignore[index]
-             and (t["name"], p["partition_index"]) not in duplicated]
+             and (t["name"], p["partition_index"]) not in duplicated
+             and not _leader_epoch_error(p.get("current_leader_epoch"))]
     answers = await _split_call(ctx, Op.LIST_OFFSETS, parts, {"isolation_level": req.get("isolation_level", 0)}) if parts else {}
     _forget_stale(ctx, answers)
+    answers.update(((t["name"], p["partition_index"]), {"error_code": code}) for t in req["topics"] if infos.get(t["name"])
+                   for p in t["partitions"] if (code := _leader_epoch_error(p.get("current_leader_epoch"))))
     answers.update((k, {"error_code": Err.INVALID_REQUEST}) for k in duplicated)
     topics = []
     for t in req["topics"]:
         prs = []
         for p in t["partitions"]:
             a = answers.get((t["name"], p["partition_index"]), {"error_code": missing})
+            offset = a.get("offset", -1)
             prs.append({"partition_index": p["partition_index"], "error_code": a.get("error_code", 0),
-                        "timestamp": a.get("timestamp", -1), "offset": a.get("offset", -1),
-                        "leader_epoch": a.get("leader_epoch", -1)})
+                        "timestamp": a.get("timestamp", -1), "offset": offset,
+                        "leader_epoch": LEADER_EPOCH if offset >= 0 else -1})
         topics.append({"name": t["name"], "partitions": prs})
     return {"throttle_time": 0, "topics": topics}
 
