@@ -250,8 +250,8 @@ def test_offsets_fenced_by_member_epoch() -> None:
     assert ctx.coord.groups.get((ctx.org, "g")) is None  # no classic group appears
     stale = dict(commit, generation_id_or_member_epoch=0)
     assert ctx.call("offset_commit", stale)["topics"][0]["partitions"][0]["error_code"] == Errors.STALE_MEMBER_EPOCH
-    fenced = dict(commit, generation_id_or_member_epoch=2)
-    assert ctx.call("offset_commit", fenced)["topics"][0]["partitions"][0]["error_code"] == Errors.FENCED_MEMBER_EPOCH
+    newer = dict(commit, generation_id_or_member_epoch=2)  # Kafka 4: any other epoch is stale
+    assert ctx.call("offset_commit", newer)["topics"][0]["partitions"][0]["error_code"] == Errors.STALE_MEMBER_EPOCH
     unknown = dict(commit, member_id="x")
     assert ctx.call("offset_commit", unknown)["topics"][0]["partitions"][0]["error_code"] == Errors.UNKNOWN_MEMBER_ID
     fetch = {"group_id": "g", "member_id": "m1", "member_epoch": 1, "topics": [{"name": "t", "partition_indexes": [0]}]}
@@ -278,7 +278,7 @@ def test_transactional_offset_commits_to_a_consumer_group() -> None:
     assert txn() == 0
     assert txn(generation_id=1, member_id="m1") == 0
     assert txn(generation_id=0, member_id="m1") == Errors.ILLEGAL_GENERATION
-    assert txn(generation_id=2, member_id="m1") == Errors.FENCED_MEMBER_EPOCH
+    assert txn(generation_id=2, member_id="m1") == Errors.ILLEGAL_GENERATION
     assert txn(generation_id=1, member_id="nobody") == Errors.UNKNOWN_MEMBER_ID
 
 
@@ -302,6 +302,30 @@ def test_offsets_of_a_consumer_group_expire_and_the_empty_group_goes() -> None:
     fetch = ctx.call("offset_fetch", {"group_id": "g", "member_id": None, "member_epoch": -1,
                                       "topics": [{"name": "t", "partition_indexes": [0]}]})
     assert fetch["topics"][0]["partitions"][0]["committed_offset"] == -1
+
+
+def test_an_open_transactions_offsets_keep_a_consumer_group_and_its_offset() -> None:
+    """Kafka's cleanupExpiredOffsets: an offset an open transaction also holds is not expired,
+    and a group with an open transaction's offsets is not deleted."""
+    ctx = Ctx(offsets_retention_ms=10_000)
+    participant = TxnParticipant(ctx.coord, LogManager(), TxnOffsets())
+    ctx.coord.txn_pending = participant.offsets.has_pending
+    ctx.coord.txn_open = participant.offsets.has_open
+    ctx.hb("m1", 0, ["t"])
+    commit = {"group_id": "g", "member_id": "m1", "generation_id_or_member_epoch": 1, "api_version": 9,
+              "topics": [{"name": "other", "partitions": [{"partition_index": 0, "committed_offset": 5}]}]}
+    ctx.call("offset_commit", commit)
+    ctx.hb("m1", -1, ["t"])
+    records, _ = participant.txn_offset_commit(ctx.org, {
+        "group_id": "g", "producer_id": 7, "producer_epoch": 0, "generation_id": -1, "member_id": "",
+        "topics": [{"name": "other", "partitions": [{"partition_index": 0, "committed_offset": 9}]}]}, ctx.now)
+    for r in records:
+        participant.offsets.replay(r)
+    ctx.sleep(11_000)
+    assert ctx.coord.expire_offsets(ctx.now) == [], "the offset and the group wait for the transaction"
+    participant.offsets.pending.clear()  # the transaction ended
+    ctx.write(ctx.coord.expire_offsets(ctx.now))
+    assert ctx.cgroup() is None
 
 
 def test_list_describe_delete_and_classic_join() -> None:

@@ -14,7 +14,8 @@ Empty group expire ``offsets_retention_ms`` after the group became Empty; those
 of a group with no protocol type (simple consumers) after their commit time;
 those of a Stable consumer group only for topics it no longer subscribes to; those of
 a KIP-848 group for the topics no member subscribes to, after their commit time. An
-Empty group left with no offsets is deleted, as in Kafka.
+offset an open transaction also holds waits; an Empty group left with no offsets and
+no open transaction is deleted, as in Kafka.
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ class OffsetsMixin(MembershipMixin):
             all_expired = True
             if self.offsets.has_offsets(org_id, group_id):
                 all_expired = self._expire_group_offsets(group, now_ms, retention, records)
-            if all_expired and group.state is S.EMPTY:
+            if all_expired and group.state is S.EMPTY and not self._txn_open(org_id, group_id):
                 records.append(new_group_tombstone(org_id, group_id))
         if self.consumer is not None:
             for (org_id, group_id), group in list(self.consumer.groups.items()):
@@ -220,11 +221,11 @@ class OffsetsMixin(MembershipMixin):
                 all_expired = False
                 continue
             for index, raw in self.offsets.raw_partitions(org_id, group_id, topic):
-                if now_ms - entry_commit_ts(raw) >= retention:
+                if now_ms - entry_commit_ts(raw) >= retention and not self._txn_holds(org_id, group_id, topic, index):
                     records.append(new_offset_commit_tombstone(org_id, group_id, topic, index))
                 else:
                     all_expired = False
-        if all_expired and not group.members:
+        if all_expired and not group.members and not self._txn_open(org_id, group_id):
             deleted = self.consumer.delete_group(org_id, group_id)
             if deleted is not None:
                 records += deleted[1]
@@ -250,11 +251,22 @@ class OffsetsMixin(MembershipMixin):
                 all_expired = False
                 continue
             for index, raw in self.offsets.raw_partitions(org_id, group_id, topic):
-                if now_ms - (entry_commit_ts(raw) if base is None else base) >= retention:
+                if (now_ms - (entry_commit_ts(raw) if base is None else base) >= retention
+                        and not self._txn_holds(org_id, group_id, topic, index)):
                     records.append(new_offset_commit_tombstone(org_id, group_id, topic, index))
                 else:
                     all_expired = False
         return all_expired
+
+    def _txn_holds(self, org_id: str, group_id: str, topic: str, partition: int) -> bool:
+        """Whether an open transaction holds an offset of this partition: Kafka expires it later."""
+        pending = getattr(self, "txn_pending", None)  # set by rafka.shard.txn.install
+        return pending is not None and bool(pending(org_id, group_id, topic, partition))
+
+    def _txn_open(self, org_id: str, group_id: str) -> bool:
+        """Whether an open transaction has offsets for the group: Kafka keeps the group till it ends."""
+        is_open = getattr(self, "txn_open", None)  # set by rafka.shard.txn.install
+        return is_open is not None and bool(is_open(org_id, group_id))
 
 
 def _fetched(index: int, entry: OffsetEntry | None) -> dict[str, Any]:

@@ -213,8 +213,8 @@ class ProducerIdManager:
         """Move the counter past an allocated idempotent producer id, or forget an old allocation
         (a tombstone; those written before partitions expired their own producers are read alike)."""
         key = (record.key[0], record.key[1])
+        self.observe(key[1])  # a tombstone too: compaction may leave only it
         if record.value is None:
             self.allocated.pop(key, None)
-            return
-        self.observe(key[1])
-        self.allocated[key] = record.value.get("allocated_ms", 0)
+        else:
+            self.allocated[key] = record.value.get("allocated_ms", 0)

@@ -31,6 +31,7 @@ def install(state: ShardState, logs: Any) -> TransactionCoordinator:
     offsets = TxnOffsets()
     participant = TxnParticipant(state.groups, logs, offsets)
     state.groups.txn_pending = offsets.has_pending
+    state.groups.txn_open = offsets.has_open
     for op, fn in [(Op.TXN_INIT_PRODUCER_ID, coordinator.init_producer_id),
                    (Op.TXN_ADD_PARTITIONS, coordinator.add_partitions),
                    (Op.TXN_ADD_OFFSETS, coordinator.add_offsets), (Op.TXN_END, coordinator.end_txn),

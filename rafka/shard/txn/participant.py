@@ -38,6 +38,10 @@ class TxnOffsets:
     def __init__(self) -> None:
         self.pending: dict[tuple[str, str], dict[int, dict[PendingKey, dict[str, Any]]]] = {}
 
+    def has_open(self, org_id: str, group_id: str) -> bool:
+        """Whether some open transaction holds offsets of the group."""
+        return bool(self.pending.get((org_id, group_id)))
+
     def has_pending(self, org_id: str, group_id: str, topic: str, partition: int) -> bool:
         """Whether some open transaction holds an offset for this partition (require_stable)."""
         return any((topic, partition) in offs for offs in self.pending.get((org_id, group_id), {}).values())

@@ -629,11 +629,8 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
             return Errors.NONE if member_epoch == member.member_epoch else Errors.ILLEGAL_GENERATION
         if not transactional and api_version < 9:
             return Errors.UNSUPPORTED_VERSION
-        if member_epoch > member.member_epoch:
-            return Errors.FENCED_MEMBER_EPOCH
-        if member_epoch < member.member_epoch:
-            return Errors.STALE_MEMBER_EPOCH
-        return Errors.NONE
+        # Kafka 4's ConsumerGroup.validateMemberEpoch: any other epoch is stale, older or newer
+        return Errors.NONE if member_epoch == member.member_epoch else Errors.STALE_MEMBER_EPOCH
 
     def validate_offset_fetch(self, org_id: str, group_id: str, member_id: str | None,
                               member_epoch: int | None) -> int | None:
