@@ -8,9 +8,9 @@ time cap — a JoinGroup is rightly parked until its rebalance completes — so
 liveness is separate: the router pings every shard; a shard that misses pings for
 ``dead_after`` seconds is marked down: its pending calls fail with
 ``ShardUnavailable`` and new calls fail at once until it answers again. Produce
-calls already sent wait on (``WAIT_OUT_STALL``): a stalled shard (a slow disk, a
-paused process) still runs them, and failing them would tell a producer "not
-written" of a batch that then is, so its retry would duplicate it. They fail when
+and transaction-marker calls already sent wait on (``WAIT_OUT_STALL``): a stalled
+shard (a slow disk, a paused process) still runs them, and failing them would tell
+a producer "not written" of a batch that then is, so its retry would duplicate it. They fail when
 a pong with a new incarnation id says the shard restarted (calls sent before that
 ping were lost with the old process), or when the shard has been down for
 ``give_up_after`` seconds (clients have long timed out by then). A pong also carries the shard's
@@ -37,7 +37,10 @@ from rafka.rail import Op, SocketPump, Status, pack, unpack
 log = logging.getLogger("rafka.gateway.router")
 
 
-WAIT_OUT_STALL = frozenset({int(Op.PRODUCE)})  # ops whose false failure a client would turn into duplicates
+# ops a stalled shard still runs, whose failure would be acted on as if they had not: a producer
+# retries a batch into a duplicate; a marker courier lets another finish the transaction, and the
+# late marker could then end the producer's next one
+WAIT_OUT_STALL = frozenset({int(Op.PRODUCE), int(Op.TXN_WRITE_MARKERS)})
 
 
 class ShardUnavailable(Exception):

@@ -81,13 +81,14 @@ async def _stalled_holding(router: ShardRouter, shard: StandInShard, op: Op) -> 
     return call
 
 
-def test_a_stalled_shard_is_marked_down_but_answers_what_it_was_sent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("op", [Op.PRODUCE, Op.TXN_WRITE_MARKERS])
+def test_a_stalled_shard_is_marked_down_but_answers_what_it_was_sent(tmp_path: Path, op: Op) -> None:
     async def scenario(router: ShardRouter, shard: StandInShard) -> None:
-        call = await _stalled_holding(router, shard, Op.PRODUCE)
+        call = await _stalled_holding(router, shard, op)
         await _until(lambda: not router.is_alive(0), 3)
         assert not call.done(), "a request the stalled shard holds is not failed"
         with pytest.raises(ShardUnavailable):
-            await router.call(0, Op.PRODUCE, "org", {"records": b"y"})  # new requests fail at once
+            await router.call(0, op, "org", {"records": b"y"})  # new requests fail at once
         shard.responsive = True
         held = shard.held[0][1]
         shard.answer_held()

@@ -115,3 +115,21 @@ def test_a_stalled_or_down_shard_neither_holds_a_fetch_nor_ends_its_long_poll(tm
             os.kill(pid, signal.SIGCONT)
     finally:
         broker.stop()
+
+
+def test_a_partition_error_of_the_request_itself_ends_the_long_poll(rafka: Rafka) -> None:
+    """Kafka answers a fetch at once when any partition has an error: here an unknown partition
+    index and a leader epoch the partition does not have."""
+    topic, a, _ = _two_shards_topic(rafka, 1)
+    got, took = _fetch(rafka, topic, {a: 1, 99: 0}, max_wait=3000)
+    assert got[99]["error_code"] == 3 and took < 1.0, f"an unknown partition waited {took:.1f}s"
+    parts = [{"partition": a, "fetch_offset": 1, "partition_max_bytes": 1 << 20, "current_leader_epoch": 7,
+              "log_start_offset": -1}]
+    req = {"replica_id": -1, "max_wait": 3000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+           "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": parts}],
+           "forgotten_topics_data": [], "rack_id": ""}
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        start = time.monotonic()
+        resp = raw.request(1, 11, req)
+        took = time.monotonic() - start
+    assert resp["responses"][0]["partitions"][0]["error_code"] == 75 and took < 1.0

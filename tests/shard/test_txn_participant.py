@@ -222,3 +222,23 @@ def test_a_transactional_commit_skips_a_classic_groups_member_and_rebalance_chec
     plain = ctx.groups.commit("syncing", {"t": {0: 1}}, generation=generation, member_id=member)
     assert plain["topics"][0]["partitions"][0]["error_code"] == 27
     assert _txn_commit(ctx, "syncing", generation_id=generation + 1, member_id=member) == 22
+
+
+def test_a_marker_older_than_the_producers_epoch_is_refused() -> None:
+    """Kafka's checkProducerEpoch for end-transaction markers: a stale abort (an admin's, built
+    from an old DescribeProducers answer) must not end the producer's current transaction."""
+    ctx = LogCtx()
+    batch = build_batch([SimpleRecord(None, b"v", 0)], producer_id=7, producer_epoch=5, base_sequence=0,
+                        transactional=True)
+    ctx.apply(ctx.logs.produce(ORG, {"partitions": [{"topic": "t", "partition": 0, "records": batch}]}, 0)[0])
+
+    def marker(epoch: int) -> dict[str, Any]:
+        records, resp = ctx.participant.write_markers(ORG, {"markers": [{
+            "producer_id": 7, "producer_epoch": epoch, "committed": False, "partitions": [["t", 0]], "groups": []}]}, 5)
+        ctx.apply(records)
+        return resp
+
+    assert marker(3) == {"error_code": 0, "written": 0, "refused": [["t", 0, 47]]}
+    assert ctx.logs.logs[(ORG, "t", 0)].ongoing_txns == {7: 0}, "the transaction is still open"
+    assert marker(5) == {"error_code": 0, "written": 1, "refused": []}
+    assert ctx.logs.logs[(ORG, "t", 0)].ongoing_txns == {}

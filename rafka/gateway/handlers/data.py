@@ -299,17 +299,22 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
             for t in req["topics"]]}
     parts = []
     refused: dict[tuple[str, int], dict[str, Any]] = {}
+    unknown = False  # like any partition error, an unknown topic or partition ends the long poll
     for t, name, topic_id, info in resolved:
         if name is None:
+            unknown = unknown or bool(t["partitions"])
             continue
         for p in t["partitions"]:
+            if not 0 <= p["partition"] < info["partitions"]:
+                unknown = True  # Kafka: UNKNOWN_TOPIC_OR_PARTITION
+                continue
             if epoch_error := _leader_epoch_error(p.get("current_leader_epoch")):
                 refused[(name, p["partition"])] = {"error_code": epoch_error}
-            elif 0 <= p["partition"] < info["partitions"]:  # Kafka: UNKNOWN_TOPIC_OR_PARTITION for the rest
+            else:
                 parts.append({"topic": name, "partition": p["partition"], "fetch_offset": p["fetch_offset"],
                               "partition_max_bytes": p["partition_max_bytes"],
                               "topic_id": str(topic_id) if topic_id else None, "incarnation": info.get("incarnation", 0)})
-    extra = {"max_wait_ms": req.get("max_wait", 0), "min_bytes": req.get("min_bytes", 1),
+    extra = {"max_wait_ms": 0 if refused or unknown else req.get("max_wait", 0), "min_bytes": req.get("min_bytes", 1),
              "max_bytes": req.get("max_bytes", 2**31 - 1), "isolation_level": req.get("isolation_level", 0)}
     answers = await _parked_fetch(ctx, parts, extra) if parts else {}
     _forget_stale(ctx, answers)
@@ -344,7 +349,8 @@ async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, An
     answers = await _split_call(ctx, Op.LIST_OFFSETS, parts, {"isolation_level": req.get("isolation_level", 0)}) if parts else {}
     _forget_stale(ctx, answers)
     answers.update(((t["name"], p["partition_index"]), {"error_code": code}) for t in req["topics"] if infos.get(t["name"])
-                   for p in t["partitions"] if (code := _leader_epoch_error(p.get("current_leader_epoch"))))
+                   for p in t["partitions"] if 0 <= p["partition_index"] < infos[t["name"]]["partitions"]  # type: ignore[index]
+                   and (code := _leader_epoch_error(p.get("current_leader_epoch"))))
     answers.update((k, {"error_code": Err.INVALID_REQUEST}) for k in duplicated)
     topics = []
     for t in req["topics"]:

@@ -10,7 +10,8 @@ Version notes:
   no KIP-890 (transaction version 2) versions are offered.
 - WriteTxnMarkers 1–2 (``Admin.abortTransaction``, ``kafka-transactions.sh abort``):
   writes the markers to the partitions named, where the producer has an open
-  transaction; the coordinator is not told, as in Kafka.
+  transaction; a marker older than the producer's epoch there is
+  INVALID_PRODUCER_EPOCH; the coordinator is not told, as in Kafka.
 - DescribeTransactions 0, ListTransactions 0–1 fan out to the owning shards;
   DescribeProducers 0 asks each partition's shard for its producers and the
   start offset of their open transaction (``kafka-transactions.sh describe-producers``).
@@ -243,6 +244,8 @@ async def write_txn_markers(ctx: RequestContext, req: dict[str, Any]) -> dict[st
         for s, res in zip(shards, results):
             for topic, p in by_shard[s]:
                 codes[(topic, p)] = partition_error(res) if isinstance(res, BaseException) else 0
+            if not isinstance(res, BaseException):
+                codes.update(((topic, p), code) for topic, p, code in res.get("refused", ()))
         out.append({"producer_id": m["producer_id"], "topics": [
             {"name": t["name"], "partitions": [{"partition_index": p, "error_code": codes[(t["name"], p)]}
                                                for p in t["partition_indexes"]]} for t in m["topics"]]})

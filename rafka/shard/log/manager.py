@@ -411,11 +411,19 @@ class LogManager:
         for topic, partition in marker.get("partitions") or []:
             key = (org_id, topic, int(partition))
             log = self.logs.get(key)
-            value = None if log is None else log.prepare_marker(
-                marker["producer_id"], marker["producer_epoch"], bool(marker["committed"]), now_ms)
+            if log is None or _stale_marker(log, marker):
+                continue
+            value = log.prepare_marker(marker["producer_id"], marker["producer_epoch"], bool(marker["committed"]), now_ms)
             if value is not None:
                 records.append(Record(RecordType.PARTITION_BATCH, key, value))
         return records
+
+    def marker_refusals(self, org_id: str, marker: dict[str, Any]) -> list[list[Any]]:
+        """``[topic, partition, INVALID_PRODUCER_EPOCH]`` for the partitions ``write_markers`` skips
+        because the producer has written there with a newer epoch than the marker's."""
+        return [[topic, int(partition), Errors.INVALID_PRODUCER_EPOCH]
+                for topic, partition in marker.get("partitions") or []
+                if (log := self.logs.get((org_id, topic, int(partition)))) is not None and _stale_marker(log, marker)]
 
     def retention(self, now_ms: int) -> list[Record]:
         """Periodic: truncate logs past ``retention.ms``/``retention.bytes``, expire each log's idle
@@ -475,6 +483,13 @@ class LogManager:
             log.ongoing_txns = {int(p): int(o) for p, o in value["ongoing_txns"]}
             log.aborted_txns = [(int(p), int(f), int(last)) for p, f, last in value["aborted_txns"]]
         log.apply_log_start(value["log_start_offset"])
+
+
+def _stale_marker(log: PartitionLog, marker: dict[str, Any]) -> bool:
+    """Kafka's checkProducerEpoch for an end-transaction marker: one older than the producer's
+    epoch on this partition would end a transaction it did not decide."""
+    entry = log.producers.entries.get(marker["producer_id"])
+    return entry is not None and marker["producer_epoch"] < entry.producer_epoch
 
 
 def _topic_id(p: dict[str, Any]) -> str | None:

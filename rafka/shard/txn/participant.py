@@ -119,10 +119,14 @@ class TxnParticipant:
 
     def write_markers(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
         """WRITE_TXN_MARKERS. ``op = {markers: [{producer_id, producer_epoch, committed,
-        partitions: [[topic, partition]], groups: [group_id]}]}``; response ``{error_code}``."""
+        partitions: [[topic, partition]], groups: [group_id]}]}``; response ``{error_code, written,
+        refused: [[topic, partition, error]]}`` (a marker older than the producer's epoch there)."""
         records: list[Record] = []
+        refused: list[list[Any]] = []
         for m in op.get("markers") or []:
+            refused += self.logs.marker_refusals(org_id, m)
             records += self.logs.write_markers(org_id, m, now_ms)
             for group_id in m.get("groups") or []:
                 records += self.offsets.marker(org_id, group_id, m["producer_id"], bool(m["committed"]))
-        return records, {"error_code": 0, "written": sum(1 for r in records if r.type == RecordType.PARTITION_BATCH)}
+        return records, {"error_code": 0, "written": sum(1 for r in records if r.type == RecordType.PARTITION_BATCH),
+                         "refused": refused}
