@@ -416,6 +416,36 @@ def test_a_transactional_write_outside_the_producers_transaction_is_refused(brok
         assert end() == [2, 0], "the data and the abort marker on partition 0; nothing on partition 1"
 
 
+def test_a_txn_offset_commit_outside_the_producers_transaction_is_refused(broker: Rafka) -> None:
+    """KIP-890 verification of TxnOffsetCommit: a group never added to the transaction, or a
+    commit arriving after the transaction was aborted (a timeout bumps the epoch), is refused.
+    Stored, it stayed pending for good (the group's offsets unstable, Consumer.committed()
+    timing out) and a later commit of the same producer id would have committed it."""
+    src, _dst, group, tid = _names()
+    create_topic(broker.bootstrap, src, 2)
+    with RawClient("127.0.0.1", broker.port) as c:
+        init = c.request(22, 4, {"transactional_id": tid, "transaction_timeout": 1000, "producer_id": -1,
+                                 "producer_epoch": -1})
+        pid, epoch = init["producer_id"], init["producer_epoch"]
+
+        def commit(partition: int, offset: int) -> int:
+            resp = c.request(28, 3, {"transactional_id": tid, "group_id": group, "producer_id": pid,
+                                     "producer_epoch": epoch, "generation_id": -1, "member_id": "",
+                                     "group_instance_id": None, "topics": [{"name": src, "partitions": [
+                                         {"partition_index": partition, "committed_offset": offset,
+                                          "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+            return int(resp["topics"][0]["partitions"][0]["error_code"])
+
+        assert commit(0, 5) == 48, "the group was never added to the transaction (INVALID_TXN_STATE)"
+        added = c.request(25, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                  "group_id": group})
+        assert added["error_code"] == 0
+        assert commit(0, 5) == 0
+        wait_for(lambda: _describe_state(broker, tid) == "CompleteAbort", 20, "the coordinator aborts on timeout")
+        assert commit(1, 100) == 47, "late, after the abort (INVALID_PRODUCER_EPOCH)"
+    assert _offset_fetch(broker, group, src, require_stable=True) == (-1, 0), "nothing left pending"
+
+
 def test_txn_offset_commit_to_partitions_that_do_not_exist(broker: Rafka) -> None:
     """TxnOffsetCommit, like OffsetCommit, answers UNKNOWN_TOPIC_OR_PARTITION for partitions
     that do not exist (Kafka checks them against its metadata before the coordinator)."""

@@ -130,15 +130,35 @@ async def txn_offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[st
     payload["topics"] = topics
     if payload["generation_id"] is None:
         payload["generation_id"] = -1
-    try:
-        resp = await router.call(router.shard_for_group(ctx.org_id, req["group_id"]), Op.TXN_OFFSET_COMMIT,
-                                 ctx.org_id, payload, ctx.trace)
-    except Exception as exc:
-        err = coordinator_error(exc)
+    err = await _unverified_group(ctx, req)
+    if not err:
+        try:
+            resp = await router.call(router.shard_for_group(ctx.org_id, req["group_id"]), Op.TXN_OFFSET_COMMIT,
+                                     ctx.org_id, payload, ctx.trace)
+        except Exception as exc:
+            err = coordinator_error(exc)
+    if err:
         resp = {"topics": [{"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"], "error_code": err} for p in t["partitions"]]}
             for t in topics]}
     return {"throttle_time": 0, **resp, "topics": with_refused(unknown, resp["topics"])}
+
+
+async def _unverified_group(ctx: RequestContext, req: dict[str, Any]) -> int:
+    """KIP-890's verification of a TxnOffsetCommit: the group must be in the producer's Ongoing
+    transaction. Without it a commit held up past an abort (a timeout's, which bumps the epoch)
+    stays pending for good, holding the group's offsets unstable, and a later commit of the same
+    producer id would commit it. The error to answer, or 0."""
+    try:
+        resp = await group_call(ctx, Op.TXN_VERIFY, req["transactional_id"], {
+            "transactional_id": req["transactional_id"], "producer_id": req["producer_id"],
+            "producer_epoch": req["producer_epoch"], "partitions": [], "groups": [req["group_id"]]})
+    except Exception:  # the transaction coordinator is down: retriable
+        return Err.COORDINATOR_NOT_AVAILABLE
+    codes = [code for _g, code in resp.get("group_errors", ())]
+    if not codes:
+        return 0
+    return INVALID_PRODUCER_EPOCH if codes[0] == PRODUCER_FENCED else int(codes[0])  # as Kafka maps it
 
 
 @api(65, 0, 0, "txn.describe")

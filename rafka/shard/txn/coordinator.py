@@ -147,20 +147,24 @@ class TransactionCoordinator:
         return records, {"error_code": error}
 
     def verify_partitions(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
-        """KIP-890's check before a transactional produce is appended (Kafka 4 does it by default).
-        ``op = {transactional_id, producer_id, producer_epoch, partitions: [[topic, partition]]}``;
-        response ``{errors: [[topic, partition, code]]}`` for each partition the producer may not
-        write: INVALID_TXN_STATE unless it is in the producer's Ongoing transaction (not added,
-        or the transaction already aborted or committed), PRODUCER_FENCED or
+        """KIP-890's check before a transactional produce or offset commit is stored (Kafka 4
+        does it by default). ``op = {transactional_id, producer_id, producer_epoch, partitions:
+        [[topic, partition]][, groups: [group_id]]}``; response ``{errors: [[topic, partition,
+        code]], group_errors: [[group_id, code]]}`` for each partition or group the producer may
+        not write: INVALID_TXN_STATE unless it is in the producer's Ongoing transaction (not
+        added, or the transaction already aborted or committed), PRODUCER_FENCED or
         INVALID_PRODUCER_ID_MAPPING for another producer."""
         meta = self.txns.get((org_id, op["transactional_id"]))
         parts = [(t, int(p)) for t, p in op["partitions"]]
+        groups = list(op.get("groups") or [])
         error = self._check_producer(meta, op)  # also when there is no ``meta``
         if error:
-            return {"errors": [[t, p, error] for t, p in parts]}
+            return {"errors": [[t, p, error] for t, p in parts], "group_errors": [[g, error] for g in groups]}
         assert meta is not None
-        added = set(meta.partitions) if meta.state is S.ONGOING else set()
-        return {"errors": [[t, p, Errors.INVALID_TXN_STATE] for t, p in parts if (t, p) not in added]}
+        ongoing = meta.state is S.ONGOING
+        added = set(meta.partitions) if ongoing else set()
+        return {"errors": [[t, p, Errors.INVALID_TXN_STATE] for t, p in parts if (t, p) not in added],
+                "group_errors": [[g, Errors.INVALID_TXN_STATE] for g in groups if not ongoing or g not in meta.groups]}
 
     def add_offsets(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
         """AddOffsetsToTxn. ``op = {transactional_id, producer_id, producer_epoch, group_id}``."""
