@@ -31,8 +31,8 @@ a sealed segment (fsynced whole when it rolled) loses the rest of that segment
 only: the later segments hold acknowledged records and are replayed (a partition
 log then has a gap of offsets, as a compacted Kafka log does). Meta streams
 roll at ``segment_bytes``; sealed segments are compacted in the background by key
-(the last value of each (type, key) survives, tombstones included, order kept),
-so recovery time is bounded by live state, not history. Data streams roll with
+(the last value of each (type, key) survives, order kept, and deleted keys go
+altogether), so recovery time and disk are bounded by live state, not history. Data streams roll with
 their size and drop whole segments once the log start offset passes them. A data
 stream whose last record drops its log (the topic deleted) is closed and its files
 and directory removed once the commit that wrote the drop is durable (with it, the
@@ -477,17 +477,20 @@ class Wal:
             sealed = [p for p in s.segments() if int(p.stem) < s.seq]
             if len(sealed) < 2:
                 return
-            records = compact_segments(sealed)
-            target = sealed[-1]
+            records = [r for r in compact_segments(sealed) if r.value is not None]
+            target = sealed[0]
             tmp = target.with_suffix(".compact")
             with open(tmp, "wb") as f:
                 f.writelines(encode_entry(records[i : i + 10_000]) for i in range(0, len(records), 10_000))
                 f.flush()
                 os.fsync(f.fileno())
-            # Every surviving value (and tombstone) is in ``target`` after the rename, so replaying
-            # older segments first and then it yields the same state: deleting them next is safe.
+            # The last value of every key the sealed segments hold takes the place of the oldest one,
+            # and the others go oldest first. A crash midway leaves it followed by the newest of
+            # them, whose records it already holds, so replay ends in the same state: each key's last
+            # record is still last. So tombstones need not be kept: nothing older is left for one to
+            # cancel, and churn (members, producers, groups that come and go) does not pile up.
             os.replace(tmp, target)
-            for p in sealed[:-1]:
+            for p in sealed[1:]:
                 p.unlink(missing_ok=True)
             log.info("compacted %d segments of %s into %d records", len(sealed), s.dir, len(records))
         except Exception:

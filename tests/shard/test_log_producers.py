@@ -207,6 +207,6 @@ def test_old_allocations_are_dropped_and_their_ids_stay_taken() -> None:
     for r in ctx.records:
         fresh.replay(r)
     assert fresh.allocated == {} and fresh.init_producer_id(ORG, {}, 1_000)[1]["producer_id"] > old
-    compacted = ProducerIdManager()  # compaction kept only the tombstone; the clock stepped back
+    compacted = ProducerIdManager()  # a log compacted by an older rafka kept only the tombstone; the clock stepped back
     compacted.replay(tombstones[0])
     assert compacted.init_producer_id(ORG, {}, 0)[1]["producer_id"] > old
