@@ -181,13 +181,7 @@ def test_offsets_sent_without_a_member_commit_while_the_group_has_members(broker
 def test_an_admin_aborts_a_hanging_transaction_with_write_txn_markers(broker: Rafka) -> None:
     """Admin.abortTransaction and kafka-transactions.sh abort: DescribeProducers finds the open
     transaction, WriteTxnMarkers ends it, and read_committed readers move past it."""
-    _src, dst, _group, tid = _names()
-    create_topic(broker.bootstrap, dst, 1)
-    p = _producer(broker.bootstrap, tid, **{"transaction.timeout.ms": 60000})
-    p.init_transactions(15)
-    p.begin_transaction()
-    p.produce(dst, value=b"hanging")
-    assert p.flush(10) == 0
+    dst, _tid, _p = _open_transaction(broker, partitions=1, records=1, prefix="hanging")
     plain = Producer({"bootstrap.servers": broker.bootstrap})
     plain.produce(dst, value=b"after")
     assert plain.flush(10) == 0
