@@ -242,3 +242,23 @@ def test_a_marker_older_than_the_producers_epoch_is_refused() -> None:
     assert ctx.logs.logs[(ORG, "t", 0)].ongoing_txns == {7: 0}, "the transaction is still open"
     assert marker(5) == {"error_code": 0, "written": 1, "refused": []}
     assert ctx.logs.logs[(ORG, "t", 0)].ongoing_txns == {}
+
+
+def test_a_late_marker_leaves_a_newer_transactions_offsets_alone() -> None:
+    """A sweeper's abort of a timed-out transaction (epoch 1) applied after the producer's next
+    transaction (epoch 2) sent its offsets: they stay pending, and its own commit commits them."""
+    ctx = LogCtx()
+    records, _ = ctx.participant.txn_offset_commit(ORG, {
+        "transactional_id": "tx", "group_id": "g", "producer_id": 7, "producer_epoch": 2, "generation_id": -1,
+        "member_id": "", "topics": [{"name": "in", "partitions": [{"partition_index": 0, "committed_offset": 42}]}]},
+        100)
+    ctx.apply(records)
+
+    def marker(epoch: int, committed: bool) -> list[Record]:
+        written, _ = ctx.participant.write_markers(ORG, {"markers": [{
+            "producer_id": 7, "producer_epoch": epoch, "committed": committed, "partitions": [], "groups": ["g"]}]}, 5)
+        return ctx.apply(written)
+
+    assert marker(1, False) == [] and ctx.offsets.has_pending(ORG, "g", "in", 0), "the late abort drops nothing"
+    assert [r.type for r in marker(2, True)] == [RecordType.OFFSET_COMMIT, RecordType.TXN_OFFSET_COMMIT]
+    assert ctx.groups.fetch("g", {"in": [0]})["topics"][0]["partitions"][0]["committed_offset"] == 42

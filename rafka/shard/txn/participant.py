@@ -61,11 +61,16 @@ class TxnOffsets:
         if not by_pid:
             self.pending.pop(key, None)
 
-    def marker(self, org_id: str, group_id: str, producer_id: int, committed: bool) -> list[Record]:
-        """Records that materialise (commit) or discard (abort) the producer's pending offsets."""
+    def marker(self, org_id: str, group_id: str, producer_id: int, producer_epoch: int, committed: bool) -> list[Record]:
+        """Records that materialise (commit) or discard (abort) the producer's pending offsets.
+        Offsets a newer epoch committed are left alone: they belong to a later transaction, and
+        this marker came late (a sweeper's abort of a timed-out transaction, applied after the
+        producer's next one began), as Kafka's epoch check on markers refuses it."""
         offs = self.pending.get((org_id, group_id), {}).get(producer_id, {})
         records = []
         for (topic, partition), v in sorted(offs.items()):
+            if v.get("producer_epoch", -1) > producer_epoch:
+                continue
             if committed:
                 records.append(new_offset_commit_record(org_id, group_id, topic, partition, v["offset"],
                                                         v["leader_epoch"], v["metadata"], v["commit_ts"]))
@@ -113,7 +118,8 @@ class TxnParticipant:
                 records.append(Record(RecordType.TXN_OFFSET_COMMIT,
                                       (org_id, op["group_id"], op["producer_id"], t["name"], p["partition_index"]),
                                       {"offset": p["committed_offset"], "leader_epoch": -1 if epoch is None else epoch,
-                                       "metadata": metadata, "commit_ts": now_ms}))
+                                       "metadata": metadata, "commit_ts": now_ms,
+                                       "producer_epoch": op.get("producer_epoch", -1)}))
             topics.append({"name": t["name"], "partitions": parts})
         return records, {"topics": topics}
 
@@ -127,6 +133,7 @@ class TxnParticipant:
             refused += self.logs.marker_refusals(org_id, m)
             records += self.logs.write_markers(org_id, m, now_ms)
             for group_id in m.get("groups") or []:
-                records += self.offsets.marker(org_id, group_id, m["producer_id"], bool(m["committed"]))
+                records += self.offsets.marker(org_id, group_id, m["producer_id"], m["producer_epoch"],
+                                               bool(m["committed"]))
         return records, {"error_code": 0, "written": sum(1 for r in records if r.type == RecordType.PARTITION_BATCH),
                          "refused": refused}
