@@ -108,8 +108,11 @@ class TxnSweeper(Periodic):
         calls = [router.call(s, Op.TXN_SWEEP, "", {"min_age_ms": self.min_age_ms})
                  for s in range(router.shard_count) if router.is_alive(s)]
         done = 0
-        for res in await asyncio.gather(*calls, return_exceptions=True):
-            if isinstance(res, BaseException):
+        for answer in asyncio.as_completed(calls):  # each shard's as it comes: a stalled one holds up no other's
+            try:
+                res = await answer
+            except Exception as exc:
+                log.debug("sweep of a shard failed: %s", exc)  # down or restarting: the next pass
                 continue
             for completion in res.get("complete", []):
                 if await complete_transaction(router, completion):

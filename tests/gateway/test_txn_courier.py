@@ -22,6 +22,8 @@ class Router:
         self.down = down
         self.calls: list[tuple[int, Op, Any]] = []
         self.sweep_answers: dict[int, list[dict[str, Any]]] = {}
+        self.stalled: set[int] = set()
+        self.held: list[asyncio.Future[Any]] = []
 
     def shard_for_partition(self, org: str, topic: str, partition: int) -> int:
         return partition % 3
@@ -35,7 +37,9 @@ class Router:
     def call(self, shard: int, op: Op, org: str, payload: Any, trace: str | None = None) -> asyncio.Future[Any]:
         self.calls.append((shard, op, payload))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if shard in self.down:
+        if shard in self.stalled and op == Op.TXN_SWEEP:
+            self.held.append(fut)  # a stalled shard: answered when the test says so
+        elif shard in self.down:
             fut.set_exception(ShardUnavailable("down"))
         elif op == Op.TXN_SWEEP:
             fut.set_result({"complete": self.sweep_answers.pop(shard, [])})
@@ -76,3 +80,21 @@ def test_concurrent_completions_of_one_transaction_share_one_courier() -> None:
     assert asyncio.run(both()) == [True, True]
     assert [op for _s, op, _p in router.calls].count(Op.TXN_COMPLETE) == 1
     assert [op for _s, op, _p in router.calls].count(Op.TXN_WRITE_MARKERS) == 3
+
+
+def test_a_stalled_shard_holds_up_no_other_shards_completions() -> None:
+    """The sweeper completes each shard's transactions as that shard answers: a completion held
+    while another shard stalls could land after the producer moved on to its next transaction."""
+    router = Router()
+    router.stalled = {0}
+    router.sweep_answers = {2: [COMPLETION]}
+
+    async def sweep() -> None:
+        task = asyncio.ensure_future(TxnSweeper(router).sweep_once())
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert Op.TXN_COMPLETE in [op for _s, op, _p in router.calls], "completed while shard 0 stalls"
+        router.held[0].set_result({"complete": []})
+        assert await task == 1
+
+    asyncio.run(sweep())
