@@ -261,6 +261,15 @@ class Stream:
                 self.fd = None
 
 
+def _fsync_dir(path: Path) -> None:
+    """Make the directory's entries (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def compact_segments(paths: list[Path]) -> list[Record]:
     """The last record of each (type, key) across ``paths``, in order of last occurrence."""
     last: dict[tuple[int, tuple[Any, ...]], Record] = {}
@@ -490,6 +499,7 @@ class Wal:
             # record is still last. So tombstones need not be kept: nothing older is left for one to
             # cancel, and churn (members, producers, groups that come and go) does not pile up.
             os.replace(tmp, target)
+            _fsync_dir(s.dir)  # the rename is on disk before any segment it replaces is gone
             for p in sealed[1:]:
                 p.unlink(missing_ok=True)
             log.info("compacted %d segments of %s into %d records", len(sealed), s.dir, len(records))
