@@ -14,6 +14,7 @@ import hashlib
 
 DEFAULT_ORG = "default"
 DEFAULT_COORDINATOR_PARTITIONS = 64
+PRODUCER_IDS_KEY = "\0producer-ids"  # the coordinator key an org's idempotent producer ids are allocated under
 
 
 def stable_hash(*parts: str) -> int:

@@ -10,14 +10,15 @@ liveness is separate: the router pings every shard; a shard that misses pings fo
 ``ShardUnavailable`` and new calls fail at once until it answers again. Produce
 and transaction-marker calls already sent wait on (``WAIT_OUT_STALL``): a stalled
 shard (a slow disk, a paused process) still runs them, and failing them would tell
-a producer "not written" of a batch that then is, so its retry would duplicate it. They fail when
-a pong with a new incarnation id says the shard restarted (calls sent before that
-ping were lost with the old process), or when the shard has been down for
-``give_up_after`` seconds (clients have long timed out by then). A pong also carries the shard's
-layout (its index, the shard count, the coordinator partition count); a shard whose
-layout differs from the gateway's owns other state than the gateway would route to
-it, so it stays down (with an error line) until they agree. Pings carry the
-gateway's view of that layout, so the refused shard logs the disagreement too. Callers map
+a producer "not written" of a batch that then is, so its retry would duplicate it.
+They fail when a pong with a new incarnation id says the shard restarted (calls
+sent before that ping, whose send time the pong echoes, were lost with the old
+process), or when the shard has been down for ``give_up_after`` seconds (clients
+have long timed out by then). A pong also carries the shard's layout (its index,
+the shard count, the coordinator partition count); a shard whose layout differs
+from the gateway's owns other state than the gateway would route to it, so it
+stays down (with an error line) until they agree. Pings carry the gateway's view
+of that layout, so the refused shard logs the disagreement too. Callers map
 ``ShardUnavailable`` to a retriable Kafka error.
 """
 
@@ -273,11 +274,9 @@ class ShardRouter:
 
     def _fail_pending(self, s: _Shard, exc: Exception, keep: frozenset[int] = frozenset()) -> None:
         """Fail the calls pending on ``s``, except those of the ops in ``keep``."""
-        pending = s.pending
-        s.pending = {rid: entry for rid, entry in pending.items() if entry[2] in keep}
-        for fut, _t, op in pending.values():
-            if op in keep:
-                continue
+        failed = [rid for rid, (_f, _t, op) in s.pending.items() if op not in keep]
+        for rid in failed:
+            fut = s.pending.pop(rid)[0]
             if not fut.done():
                 fut.set_exception(exc)
                 fut.exception()  # a caller gone meanwhile is no "never retrieved" error: the cause is logged

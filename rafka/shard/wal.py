@@ -32,8 +32,8 @@ only: the later segments hold acknowledged records and are replayed (a partition
 log then has a gap of offsets, as a compacted Kafka log does). Meta streams
 roll at ``segment_bytes``; sealed segments are compacted in the background by key
 (the last value of each (type, key) survives, order kept, and deleted keys go
-altogether), so recovery time and disk are bounded by live state, not history. Data streams roll with
-their size and drop whole segments once the log start offset passes them. A data
+altogether), so recovery time and disk are bounded by live state, not history.
+Data streams roll with their size and drop whole segments once the log start offset passes them. A data
 stream whose last record drops its log (the topic deleted) is closed and its files
 and directory removed once the commit that wrote the drop is durable (with it, the
 meta record that remembers the deleted incarnation); sealed segments go first, so
@@ -325,7 +325,7 @@ class Wal:
         if t == RecordType.TOPIC:
             return ("meta", ids.coordinator_partition(k[0], "\0topics", self.partitions))
         if t == RecordType.PRODUCER_STATE:
-            return ("meta", ids.coordinator_partition(k[0], "\0producer-ids", self.partitions))
+            return ("meta", ids.coordinator_partition(k[0], ids.PRODUCER_IDS_KEY, self.partitions))
         if t == RecordType.TOPIC_DROPPED:
             return ("meta", int(k[2]))
         if t in DATA_TYPES:

@@ -11,7 +11,7 @@ from rafka.protocol.records import INT32_MAX, SimpleRecord, build_batch
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.manager import LogManager
 from rafka.shard.log.partition import PartitionLog
-from rafka.shard.log.producers import IDEMPOTENT_KEY, PARTITION_BITS, PRODUCER_ID_EXPIRATION_MS, ProducerIdManager
+from rafka.shard.log.producers import PARTITION_BITS, PRODUCER_ID_EXPIRATION_MS, ProducerIdManager
 from rafka.shard.records import Record, RecordType
 
 ORG = "acme"
@@ -55,7 +55,7 @@ def test_init_producer_id_allocates_new_ids_under_the_orgs_producer_id_partition
     ctx = Ctx()
     got = [ctx.init(now_ms=5)["producer_id"] for _ in range(3)]
     assert got == sorted(set(got)), "each InitProducerId gets a new, larger id"
-    partition = ids.coordinator_partition(ORG, IDEMPOTENT_KEY, ids.DEFAULT_COORDINATOR_PARTITIONS)
+    partition = ids.coordinator_partition(ORG, ids.PRODUCER_IDS_KEY, ids.DEFAULT_COORDINATOR_PARTITIONS)
     assert all(pid & ((1 << PARTITION_BITS) - 1) == partition for pid in got)
     assert ctx.init(producer_id=got[0], producer_epoch=0)["producer_id"] not in got  # always a new id (KIP-360)
     assert ctx.records[0] == Record(RecordType.PRODUCER_STATE, (ORG, got[0]), {"producer_epoch": 0, "allocated_ms": 5})

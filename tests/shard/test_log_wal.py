@@ -109,7 +109,7 @@ def test_producers_and_transactions_survive_the_drop_of_their_first_segments(tmp
     shard.produce(0, batch={**txn, "base_sequence": 0})  # offset 0 opens producer 7's transaction
     shard.produce(0, batch={"producer_id": 8, "producer_epoch": 0, "base_sequence": 0, "transactional": True})
     shard.apply(shard.logs.write_markers(ORG, {"producer_id": 8, "producer_epoch": 0, "committed": False,
-                                                "partitions": [["t", 0]]}, 0))  # aborts 8 at offset 2
+                                                "partitions": [["t", 0]]}, 0)[0])  # aborts 8 at offset 2
     for i in range(3, 20):
         shard.produce(i * 1000, batch={"producer_id": 9, "producer_epoch": 3, "base_sequence": i - 3})
     shard.delete_records(15)

@@ -31,9 +31,10 @@ import logging
 import uuid
 from typing import Any
 
+from rafka import ids
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, partition_error
-from rafka.gateway.handlers.topics import INTERNAL_TOPICS, group_call, topic_cache
+from rafka.gateway.handlers.topics import INTERNAL_TOPICS, topic_cache
 from rafka.gateway.router import ShardUnavailable
 from rafka.gateway.server import CLOSE_INSTEAD
 from rafka.protocol.records import BATCH_HEADER_SIZE, CompressionType, CorruptRecordError, parse_header, split_batches
@@ -177,18 +178,14 @@ async def _unverified(ctx: RequestContext, transactional_id: str, parts: list[di
         header = parse_header(records)
         if header.is_transactional:
             by_producer.setdefault((header.producer_id, header.producer_epoch), []).append((p["topic"], p["partition"]))
+    from rafka.gateway.handlers.txn import verify_transaction
+
     out: dict[Any, int] = {}
     for (pid, epoch), keys in by_producer.items():
         try:
-            resp = await group_call(ctx, Op.TXN_VERIFY, transactional_id, {
-                "transactional_id": transactional_id, "producer_id": pid, "producer_epoch": epoch,
-                "partitions": [list(k) for k in keys]})
+            out.update((await verify_transaction(ctx, transactional_id, pid, epoch, partitions=keys))[0])
         except Exception:  # the coordinator is down: retriable for a producer, as Kafka maps it
             out.update((k, Err.NOT_ENOUGH_REPLICAS) for k in keys)
-            continue
-        # Kafka's AddPartitionsToTxnManager answers a fenced producer's batch INVALID_PRODUCER_EPOCH
-        out.update(((t, p), Err.INVALID_PRODUCER_EPOCH if code == Err.PRODUCER_FENCED else code)
-                   for t, p, code in resp["errors"])
     return out
 
 
@@ -224,6 +221,10 @@ async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra:
     futs = {router.call(s, Op.FETCH, ctx.org_id, {**share, "partitions": ps}, ctx.trace): s
             for s, ps in by_shard.items()}
     deadline = loop.time() + extra["max_wait_ms"] / 1000 + FETCH_SLACK
+
+    def cancel(shard: int) -> None:
+        _quietly(router.call(shard, Op.FETCH_CANCEL, ctx.org_id, {"fetch_id": fetch_id}, ctx.trace))
+
     pending = set(futs)
     cancelled = False
     while pending:
@@ -237,12 +238,12 @@ async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra:
         if ended and not cancelled:
             cancelled = True
             for f in pending:
-                _quietly(router.call(futs[f], Op.FETCH_CANCEL, ctx.org_id, {"fetch_id": fetch_id}, ctx.trace))
+                cancel(futs[f])
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for f, s in futs.items():
         if not f.done():
             _quietly(f)
-            _quietly(router.call(s, Op.FETCH_CANCEL, ctx.org_id, {"fetch_id": fetch_id}, ctx.trace))
+            cancel(s)
             exc: BaseException | None = ShardUnavailable(f"shard {s} did not answer a fetch in time")
         else:
             exc = f.exception()
@@ -339,19 +340,22 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
     named = collections.Counter((t["name"], p["partition_index"]) for t in req["topics"] for p in t["partitions"])
-    duplicated = {k for k, n in named.items() if n > 1}  # Kafka answers each INVALID_REQUEST
-    parts = [{"topic": t["name"], "partition": p["partition_index"], "timestamp": p["timestamp"],
-              **_incarnation(infos[t["name"]])}  # type: ignore[arg-type]
-             for t in req["topics"] if infos.get(t["name"]) for p in t["partitions"]
-             if 0 <= p["partition_index"] < infos[t["name"]]["partitions"]  # type: ignore[index]
-             and (t["name"], p["partition_index"]) not in duplicated
-             and not _leader_epoch_error(p.get("current_leader_epoch"))]
+    refused = {k: {"error_code": Err.INVALID_REQUEST} for k, n in named.items() if n > 1}  # Kafka: each one
+    parts = []
+    for t in req["topics"]:
+        info = infos.get(t["name"])
+        for p in t["partitions"] if info else ():
+            key = (t["name"], p["partition_index"])
+            if not 0 <= key[1] < info["partitions"] or key in refused:  # type: ignore[index]
+                continue
+            if code := _leader_epoch_error(p.get("current_leader_epoch")):
+                refused[key] = {"error_code": code}
+            else:
+                parts.append({"topic": key[0], "partition": key[1], "timestamp": p["timestamp"],
+                              **_incarnation(info)})  # type: ignore[arg-type]
     answers = await _split_call(ctx, Op.LIST_OFFSETS, parts, {"isolation_level": req.get("isolation_level", 0)}) if parts else {}
     _forget_stale(ctx, answers)
-    answers.update(((t["name"], p["partition_index"]), {"error_code": code}) for t in req["topics"] if infos.get(t["name"])
-                   for p in t["partitions"] if 0 <= p["partition_index"] < infos[t["name"]]["partitions"]  # type: ignore[index]
-                   and (code := _leader_epoch_error(p.get("current_leader_epoch"))))
-    answers.update((k, {"error_code": Err.INVALID_REQUEST}) for k in duplicated)
+    answers.update(refused)
     topics = []
     for t in req["topics"]:
         prs = []
@@ -395,7 +399,7 @@ async def init_producer_id(ctx: RequestContext, req: dict[str, Any]) -> dict[str
         return await init_transactional_producer_id(ctx, req)
     router = ctx.gateway.router
     try:
-        resp = await router.call(router.shard_for_group(ctx.org_id, "\0producer-ids"), Op.INIT_PRODUCER_ID,
+        resp = await router.call(router.shard_for_group(ctx.org_id, ids.PRODUCER_IDS_KEY), Op.INIT_PRODUCER_ID,
                                  ctx.org_id, {"transactional_id": None}, ctx.trace)
     except Exception:
         return {"error_code": Err.COORDINATOR_NOT_AVAILABLE, "producer_id": -1, "producer_epoch": -1}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Sequence
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
@@ -144,21 +145,35 @@ async def txn_offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[st
     return {"throttle_time": 0, **resp, "topics": with_refused(unknown, resp["topics"])}
 
 
+async def verify_transaction(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int, *,
+                             partitions: Sequence[tuple[str, int]] = (), groups: Sequence[str] = ()
+                             ) -> tuple[dict[tuple[str, int], int], dict[str, int]]:
+    """KIP-890's check with the transaction coordinator that ``partitions`` and ``groups`` are in
+    the producer's Ongoing transaction: the error of each one that is not, a fenced producer's
+    INVALID_PRODUCER_EPOCH as Kafka's AddPartitionsToTxnManager maps it. Raises when the
+    coordinator cannot answer."""
+    resp = await group_call(ctx, Op.TXN_VERIFY, transactional_id, {
+        "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
+        "partitions": [list(k) for k in partitions], "groups": list(groups)})
+
+    def mapped(code: int) -> int:
+        return INVALID_PRODUCER_EPOCH if code == PRODUCER_FENCED else int(code)
+
+    return ({(t, p): mapped(code) for t, p, code in resp["errors"]},
+            {g: mapped(code) for g, code in resp.get("group_errors", ())})
+
+
 async def _unverified_group(ctx: RequestContext, req: dict[str, Any]) -> int:
     """KIP-890's verification of a TxnOffsetCommit: the group must be in the producer's Ongoing
     transaction. Without it a commit held up past an abort (a timeout's, which bumps the epoch)
     stays pending for good, holding the group's offsets unstable, and a later commit of the same
     producer id would commit it. The error to answer, or 0."""
     try:
-        resp = await group_call(ctx, Op.TXN_VERIFY, req["transactional_id"], {
-            "transactional_id": req["transactional_id"], "producer_id": req["producer_id"],
-            "producer_epoch": req["producer_epoch"], "partitions": [], "groups": [req["group_id"]]})
+        _, refused = await verify_transaction(ctx, req["transactional_id"], req["producer_id"],
+                                              req["producer_epoch"], groups=[req["group_id"]])
     except Exception:  # the transaction coordinator is down: retriable
         return Err.COORDINATOR_NOT_AVAILABLE
-    codes = [code for _g, code in resp.get("group_errors", ())]
-    if not codes:
-        return 0
-    return INVALID_PRODUCER_EPOCH if codes[0] == PRODUCER_FENCED else int(codes[0])  # as Kafka maps it
+    return refused.get(req["group_id"], 0)
 
 
 @api(65, 0, 0, "txn.describe")

@@ -110,6 +110,10 @@ class CoordinatorCore:
         # The KIP-848 coordinator of the same shard (rafka.shard.groups.consumer), if any: the
         # classic handlers ask it whether a group id belongs to a consumer group.
         self.consumer: Any = None
+        # Open transactions' offsets (set by rafka.shard.txn.install): whether one holds an offset of
+        # (org, group, topic, partition), and whether one holds any of (org, group)'s.
+        self.txn_pending: Callable[[str, str, str, int], bool] = lambda _org, _group, _topic, _partition: False
+        self.txn_open: Callable[[str, str], bool] = lambda _org, _group: False
 
     def emit(self, name: str, **attrs: Any) -> None:
         """Tell the observer (if any) about a coordinator event."""

@@ -20,6 +20,7 @@ no open transaction is deleted, as in Kafka.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rafka.shard.groups.classic import ClassicGroup
@@ -134,11 +135,10 @@ class OffsetsMixin(MembershipMixin):
                 topics_out.append({"name": name, "partitions": [
                     _fetched(index, store.get(org_id, group_id, name, index))
                     for index in topic.get("partition_indexes") or []]})
-        pending = getattr(self, "txn_pending", None)  # set by rafka.shard.txn.install
-        if op.get("require_stable") and pending is not None:
+        if op.get("require_stable"):
             for t in topics_out:
                 for p in t["partitions"]:
-                    if pending(org_id, group_id, t["name"], p["partition_index"]):
+                    if self.txn_pending(org_id, group_id, t["name"], p["partition_index"]):
                         p.update(committed_offset=-1, error_code=Errors.UNSTABLE_OFFSET_COMMIT)
         respond({"group_id": group_id, "error_code": Errors.NONE, "topics": topics_out})
         return NO_RECORDS
@@ -201,7 +201,7 @@ class OffsetsMixin(MembershipMixin):
             all_expired = True
             if self.offsets.has_offsets(org_id, group_id):
                 all_expired = self._expire_group_offsets(group, now_ms, retention, records)
-            if all_expired and group.state is S.EMPTY and not self._txn_open(org_id, group_id):
+            if all_expired and group.state is S.EMPTY and not self.txn_open(org_id, group_id):
                 records.append(new_group_tombstone(org_id, group_id))
         if self.consumer is not None:
             for (org_id, group_id), group in list(self.consumer.groups.items()):
@@ -215,17 +215,9 @@ class OffsetsMixin(MembershipMixin):
         member subscribes to expire ``retention`` after their commit; an Empty group left without
         offsets is deleted."""
         subscribed = group.all_subscribed_names()
-        all_expired = True
-        for topic in self.offsets.topics(org_id, group_id):
-            if topic in subscribed:
-                all_expired = False
-                continue
-            for index, raw in self.offsets.raw_partitions(org_id, group_id, topic):
-                if now_ms - entry_commit_ts(raw) >= retention and not self._txn_holds(org_id, group_id, topic, index):
-                    records.append(new_offset_commit_tombstone(org_id, group_id, topic, index))
-                else:
-                    all_expired = False
-        if all_expired and not group.members and not self._txn_open(org_id, group_id):
+        all_expired = self._expire_unsubscribed(org_id, group_id, subscribed.__contains__, None, now_ms, retention,
+                                                records)
+        if all_expired and not group.members and not self.txn_open(org_id, group_id):
             deleted = self.consumer.delete_group(org_id, group_id)
             if deleted is not None:
                 records += deleted[1]
@@ -245,28 +237,26 @@ class OffsetsMixin(MembershipMixin):
                 base = None
         else:
             base = None  # simple group: counted from each commit
+        return self._expire_unsubscribed(org_id, group_id, group.is_subscribed_to_topic, base, now_ms, retention,
+                                         records)
+
+    def _expire_unsubscribed(self, org_id: str, group_id: str, subscribed: Callable[[str], bool], base: int | None,
+                             now_ms: int, retention: int, records: list[Record]) -> bool:
+        """Append tombstones for the group's offsets of topics it does not subscribe to that are
+        ``retention`` old (counted from ``base``, else from each commit) and that no open
+        transaction also holds (Kafka's cleanupExpiredOffsets); True if none would remain."""
         all_expired = True
         for topic in self.offsets.topics(org_id, group_id):
-            if group.is_subscribed_to_topic(topic):
+            if subscribed(topic):
                 all_expired = False
                 continue
             for index, raw in self.offsets.raw_partitions(org_id, group_id, topic):
                 if (now_ms - (entry_commit_ts(raw) if base is None else base) >= retention
-                        and not self._txn_holds(org_id, group_id, topic, index)):
+                        and not self.txn_pending(org_id, group_id, topic, index)):
                     records.append(new_offset_commit_tombstone(org_id, group_id, topic, index))
                 else:
                     all_expired = False
         return all_expired
-
-    def _txn_holds(self, org_id: str, group_id: str, topic: str, partition: int) -> bool:
-        """Whether an open transaction holds an offset of this partition: Kafka expires it later."""
-        pending = getattr(self, "txn_pending", None)  # set by rafka.shard.txn.install
-        return pending is not None and bool(pending(org_id, group_id, topic, partition))
-
-    def _txn_open(self, org_id: str, group_id: str) -> bool:
-        """Whether an open transaction has offsets for the group: Kafka keeps the group till it ends."""
-        is_open = getattr(self, "txn_open", None)  # set by rafka.shard.txn.install
-        return is_open is not None and bool(is_open(org_id, group_id))
 
 
 def _fetched(index: int, entry: OffsetEntry | None) -> dict[str, Any]:

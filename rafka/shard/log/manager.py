@@ -400,30 +400,29 @@ class LogManager:
         """InitProducerId (idempotent producers only); see ``ProducerIdManager.init_producer_id``."""
         return self.producer_ids.init_producer_id(org_id, op, now_ms)
 
-    def write_markers(self, org_id: str, marker: dict[str, Any], now_ms: int) -> list[Record]:
-        """Commit/abort markers of one transaction on this shard's ``partitions`` (pure).
+    def write_markers(self, org_id: str, marker: dict[str, Any], now_ms: int) -> tuple[list[Record], list[list[Any]]]:
+        """Commit/abort markers of one transaction on this shard's ``partitions`` (pure), and
+        ``[topic, partition, INVALID_PRODUCER_EPOCH]`` for those it refuses.
 
         ``marker = {producer_id, producer_epoch, committed, partitions: [[topic, partition]]}``.
         One control batch per partition where the producer has an open transaction;
-        none elsewhere, so repeating a marker (a retry after a crash) changes nothing.
+        none elsewhere, so repeating a marker (a retry after a crash) changes nothing. A marker
+        older than the producer's epoch on a partition is refused there.
         """
-        records = []
+        records: list[Record] = []
+        refused: list[list[Any]] = []
         for topic, partition in marker.get("partitions") or []:
             key = (org_id, topic, int(partition))
             log = self.logs.get(key)
-            if log is None or _stale_marker(log, marker):
+            if log is None:
+                continue
+            if _stale_marker(log, marker):
+                refused.append([topic, int(partition), Errors.INVALID_PRODUCER_EPOCH])
                 continue
             value = log.prepare_marker(marker["producer_id"], marker["producer_epoch"], bool(marker["committed"]), now_ms)
             if value is not None:
                 records.append(Record(RecordType.PARTITION_BATCH, key, value))
-        return records
-
-    def marker_refusals(self, org_id: str, marker: dict[str, Any]) -> list[list[Any]]:
-        """``[topic, partition, INVALID_PRODUCER_EPOCH]`` for the partitions ``write_markers`` skips
-        because the producer has written there with a newer epoch than the marker's."""
-        return [[topic, int(partition), Errors.INVALID_PRODUCER_EPOCH]
-                for topic, partition in marker.get("partitions") or []
-                if (log := self.logs.get((org_id, topic, int(partition)))) is not None and _stale_marker(log, marker)]
+        return records, refused
 
     def retention(self, now_ms: int) -> list[Record]:
         """Periodic: truncate logs past ``retention.ms``/``retention.bytes``, expire each log's idle

@@ -43,7 +43,6 @@ from rafka.shard.records import Record, RecordType
 NUM_BATCHES_TO_RETAIN = 5
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
 PARTITION_BITS = 10  # coordinator partitions: at most 1024
-IDEMPOTENT_KEY = "\0producer-ids"  # the coordinator key idempotent producers' ids are allocated under
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +187,7 @@ class ProducerIdManager:
         """
         if op.get("transactional_id") is not None:
             return [], {"error_code": Errors.UNSUPPORTED_VERSION, "producer_id": -1, "producer_epoch": -1}
-        producer_id = self.peek(org_id, IDEMPOTENT_KEY, now_ms)
+        producer_id = self.peek(org_id, ids.PRODUCER_IDS_KEY, now_ms)
         record = Record(RecordType.PRODUCER_STATE, (org_id, producer_id), {"producer_epoch": 0, "allocated_ms": now_ms})
         return [record], {"error_code": Errors.NONE, "producer_id": producer_id, "producer_epoch": 0}
 

@@ -130,8 +130,9 @@ class TxnParticipant:
         records: list[Record] = []
         refused: list[list[Any]] = []
         for m in op.get("markers") or []:
-            refused += self.logs.marker_refusals(org_id, m)
-            records += self.logs.write_markers(org_id, m, now_ms)
+            written, stale = self.logs.write_markers(org_id, m, now_ms)
+            records += written
+            refused += stale
             for group_id in m.get("groups") or []:
                 records += self.offsets.marker(org_id, group_id, m["producer_id"], m["producer_epoch"],
                                                bool(m["committed"]))
