@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,10 +19,30 @@ from tests.rawclient import RawClient
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# How ports are picked: a port the kernel hands out for bind(0) comes from the ephemeral
+# range, which outgoing connections (clients, ZeroMQ, a shard's --metrics-port 0) draw from
+# too, so it can be taken before the process we pass it to binds it. Ports are therefore
+# drawn below the ephemeral range, checked bindable, and never handed out twice in a run.
+_PORT_RANGE = (20000, 32000)
+_handed_out: set[int] = set()
+_rng = random.Random(os.getpid() ^ time.time_ns())
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A listening port no test of this run was given before and nothing holds now."""
+    lo, hi = _PORT_RANGE
+    for _ in range(1000):
+        port = _rng.randrange(lo, hi)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {lo}..{hi}")
 
 
 class Rafka:
