@@ -5,9 +5,10 @@ them, so it rarely needs to look inside one. ``split_batches`` frames a Produce
 ``records`` blob into batches by reading each batch's length (zero-copy
 ``memoryview`` slices), ``parse_header`` unpacks the fixed 61-byte header with
 one ``struct`` call, ``verify_crc`` checks the CRC-32C that covers everything
-from ``attributes`` to the end of the batch, and ``set_base_offset`` stamps the
-offset the log assigns (``baseOffset`` is outside the CRC, so the checksum stays
-valid). A produce decompresses every compressed batch, with a cap on the size it
+from ``attributes`` to the end of the batch, and ``stamp_batch`` stamps the
+offset the log assigns and the partition's leader epoch, as Kafka's ``LogValidator``
+does (``baseOffset`` and ``partitionLeaderEpoch`` are outside the CRC, so the checksum
+stays valid). A produce decompresses every compressed batch, with a cap on the size it
 decompresses to, and reads its records only when the topic's configs need them
 (see ``check_records`` in the partition log).
 
@@ -198,12 +199,18 @@ def validate_batch(batch: bytes | bytearray | memoryview) -> BatchHeader:
     return header
 
 
-def set_base_offset(batch: bytes | bytearray | memoryview, base_offset: int) -> bytes:
-    """A copy of ``batch`` with ``baseOffset`` replaced (outside the CRC, so no recompute).
+LEADER_EPOCH = 0  # every partition's, as Metadata says: rafka's partitions never change leader
+_LEADER_EPOCH_BYTES = struct.pack(">i", LEADER_EPOCH)  # partitionLeaderEpoch, bytes [12, 16)
+
+
+def stamp_batch(batch: bytes | bytearray | memoryview, base_offset: int) -> bytes:
+    """A copy of ``batch`` with ``baseOffset`` and ``partitionLeaderEpoch`` (``LEADER_EPOCH``)
+    replaced; both are outside the CRC, so no recompute.
 
     One copy: the join reads the rest of the batch straight from the view.
     """
-    return b"".join((struct.pack(">q", base_offset), memoryview(batch)[8:]))
+    view = memoryview(batch)
+    return b"".join((struct.pack(">q", base_offset), view[8:12], _LEADER_EPOCH_BYTES, view[16:]))
 
 
 def set_log_append_time(batch: bytes | bytearray | memoryview, now_ms: int) -> bytes:
@@ -465,7 +472,8 @@ def build_control_batch(producer_id: int, producer_epoch: int, committed: bool, 
     key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if committed else CONTROL_ABORT)
     value = _CONTROL_VALUE.pack(0, coordinator_epoch)
     return build_batch([SimpleRecord(key, value, timestamp)], base_offset=base_offset, producer_id=producer_id,
-                       producer_epoch=producer_epoch, transactional=True, control=True)
+                       producer_epoch=producer_epoch, partition_leader_epoch=LEADER_EPOCH,
+                       transactional=True, control=True)
 
 
 def control_type(batch: bytes | bytearray | memoryview) -> int:

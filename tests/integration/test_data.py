@@ -97,6 +97,8 @@ def test_kafka_python_aiokafka_and_kcat_producers(rafka: Rafka) -> None:
     assert values == sorted([f"kp-{i}" for i in range(40)] + [f"ak-{i}" for i in range(40)] + [f"kc-{i}" for i in range(40)])
     kc = [m.value() for m in got if m.value().startswith(b"kc-")]
     assert kc == [f"kc-{i}".encode() for i in range(40)]  # one partition: order kept
+    # the broker stamps every batch with the partition's leader epoch, whatever the producer wrote
+    assert {m.leader_epoch() for m in got} == {0}
     out = subprocess.run(["kcat", "-b", rafka.bootstrap, "-C", "-t", topic, "-e", "-o", "beginning", "-q"],
                          check=False, capture_output=True, timeout=30)
     assert len(out.stdout.splitlines()) == 120

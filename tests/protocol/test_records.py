@@ -14,6 +14,7 @@ from rafka.protocol.records import (
     BATCH_HEADER_SIZE,
     DECOMPRESSED_LIMIT,
     INT32_MAX,
+    LEADER_EPOCH,
     CompressionType,
     CorruptRecordError,
     InvalidRecordError,
@@ -25,8 +26,8 @@ from rafka.protocol.records import (
     increment_sequence,
     iter_records,
     parse_header,
-    set_base_offset,
     split_batches,
+    stamp_batch,
     validate_batch,
     verify_crc,
 )
@@ -100,9 +101,9 @@ def test_crc_covers_attributes_to_end_but_not_base_offset() -> None:
     assert not verify_crc(flipped)
     with pytest.raises(CorruptRecordError):
         validate_batch(flipped)
-    stamped = set_base_offset(batch, 123456789)
-    assert parse_header(stamped).base_offset == 123456789 and verify_crc(stamped)
-    assert stamped[8:] == batch[8:]
+    stamped = stamp_batch(build_batch([SimpleRecord(b"k", b"v", 1)], partition_leader_epoch=-1), 123456789)
+    header = parse_header(stamped)
+    assert (header.base_offset, header.partition_leader_epoch) == (123456789, LEADER_EPOCH) and verify_crc(stamped)
 
 
 def test_validate_rejects_other_magic_before_crc() -> None:
@@ -193,9 +194,10 @@ def test_build_then_decode_round_trip(records: list[SimpleRecord], base_offset: 
 @given(records_st, st.integers(0, 2**62))
 def test_kio_reads_our_batches(records: list[SimpleRecord], new_base: int) -> None:
     """An independent decoder (kio) accepts our encoding and our offset stamping."""
-    batch = set_base_offset(build_batch(records), new_base)
+    batch = stamp_batch(build_batch(records), new_base)
     parsed, size = read_batch(batch, 0)
     assert size == len(batch) and parsed.base_offset == new_base and parsed.crc == compute_crc(batch)
+    assert parsed.partition_leader_epoch == LEADER_EPOCH
     assert [(r.offset, r.key, r.value) for r in parsed.records] == [
         (new_base + i, r.key, r.value) for i, r in enumerate(records)
     ]

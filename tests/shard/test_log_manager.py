@@ -107,7 +107,9 @@ def test_compressed_batches_are_stored_and_served_byte_for_byte(ctx: Ctx) -> Non
     gz = build_batch([SimpleRecord(None, b"z" * 100, 7)] * 5, compression=CompressionType.GZIP)
     ctx.put(gz)
     served = ctx.fetch(("t", 0, 0))[0]["records"]
-    assert served[8:] == gz[8:] and parse_header(served).compression == CompressionType.GZIP
+    # only the offset and the leader epoch (both outside the CRC) are stamped
+    assert served[16:] == gz[16:] and parse_header(served).compression == CompressionType.GZIP
+    assert parse_header(gz).partition_leader_epoch == -1 and parse_header(served).partition_leader_epoch == 0
 
 
 @pytest.mark.parametrize("acks", [2, -2, 5])

@@ -37,7 +37,14 @@ from rafka.gateway.handlers.errors import Err, partition_error
 from rafka.gateway.handlers.topics import INTERNAL_TOPICS, topic_cache
 from rafka.gateway.router import ShardUnavailable
 from rafka.gateway.server import CLOSE_INSTEAD
-from rafka.protocol.records import BATCH_HEADER_SIZE, CompressionType, CorruptRecordError, parse_header, split_batches
+from rafka.protocol.records import (
+    BATCH_HEADER_SIZE,
+    LEADER_EPOCH,
+    CompressionType,
+    CorruptRecordError,
+    parse_header,
+    split_batches,
+)
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway")
@@ -75,7 +82,6 @@ async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], 
     return out
 
 
-LEADER_EPOCH = 0  # every partition's, as Metadata says: rafka's partitions never change leader
 
 
 def _leader_epoch_error(epoch: int | None) -> int:

@@ -22,6 +22,7 @@ from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.errors import Err, coordinator_error
 from rafka.gateway.handlers.kafka import CLUSTER_ID, broker
+from rafka.protocol.records import LEADER_EPOCH
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway")
@@ -52,7 +53,7 @@ def _topic_entry(ctx: RequestContext, t: dict[str, Any], operations: int = acl.O
         "name": t["name"],
         "topic_id": uuid.UUID(topic_id) if topic_id else uuid.UUID(int=0),
         "is_internal": t["name"] in INTERNAL_TOPICS,
-        "partitions": [{"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": 0,
+        "partitions": [{"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
                         "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
                        for p in range(t.get("partitions", 0))],
         "topic_authorized_operations": operations,  # Kafka sets it on topics answered with an error too

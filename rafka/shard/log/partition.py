@@ -59,8 +59,8 @@ from rafka.protocol.records import (
     decompress,
     iter_records,
     parse_header,
-    set_base_offset,
     set_log_append_time,
+    stamp_batch,
     validate_batch,
 )
 from rafka.shard.log.config import INT64_MAX, LogConfig
@@ -216,7 +216,7 @@ class PartitionLog:
             if roll or seg_empty:
                 seg_size, seg_created, seg_empty = 0, now_ms, False
             seg_size += size
-            stamped = set_base_offset(batch, leo)
+            stamped = stamp_batch(batch, leo)
             plan.values.append({"batch": stamped, "append_ms": now_ms, "roll": roll})
             if producers is not self.producers:
                 producers.update(parse_header(stamped), now_ms)
