@@ -46,6 +46,7 @@ class Config:
     group_max_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
     offsets_retention_minutes: int = 7 * 24 * 60
+    offsets_retention_check_interval_ms: int = 600_000
     consumer_group_session_timeout_ms: int = 45_000  # KIP-848 groups (group.consumer.session.timeout.ms)
     consumer_group_heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     consumer_group_min_session_timeout_ms: int = 45_000  # bounds of a group's own configs (GROUP resource)
@@ -143,7 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser, only: set[str] | None = None,
 
 
 POSITIVE = ("shards", "coordinator_partitions", "default_partitions", "log_retention_check_interval_ms",
-            "max_request_bytes", "max_inflight_per_connection")
+            "offsets_retention_check_interval_ms", "max_request_bytes", "max_inflight_per_connection")
 
 
 def problems(cfg: Config) -> list[str]:

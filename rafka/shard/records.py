@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 class RecordType(IntEnum):
     """Type ids of every record kind. Never renumber: ids are stored on disk."""
 
-    OFFSET_COMMIT = 1  # key (org, group, topic, partition); value packed entry (offsets_store) | None
+    OFFSET_COMMIT = 1  # key (org, group, topic, partition); value packed entry (offsets_store) | (entry, expire_ts) | None
     GROUP_METADATA = 2  # key (org, group); value dict | None
     CONSUMER_GROUP_METADATA = 3  # key (org, group); value dict | None (KIP-848 group)
     CONSUMER_GROUP_MEMBER = 4  # key (org, group, member_id); value dict | None

@@ -23,6 +23,7 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
         max_size=cfg.group_max_size,
         offset_metadata_max_bytes=cfg.offset_metadata_max_bytes,
         offsets_retention_ms=cfg.offsets_retention_minutes * 60_000,
+        offsets_retention_check_interval_ms=cfg.offsets_retention_check_interval_ms,
         consumer_session_timeout_ms=cfg.consumer_group_session_timeout_ms,
         consumer_heartbeat_interval_ms=cfg.consumer_group_heartbeat_interval_ms,
         consumer_min_session_timeout_ms=cfg.consumer_group_min_session_timeout_ms,

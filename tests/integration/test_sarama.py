@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_INVALID, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.integration.clients import unique_name as name
 from tests.integration.conftest import ROOT, Rafka
@@ -225,6 +227,33 @@ def test_offset_manager_commits_and_a_group_member_resumes_there(rafka: Rafka, s
     assert not resumed["timed_out"] and not resumed["members"][0]["errors"]
     start = {"0": 2, "1": 3, "2": 4}
     assert positions(resumed["records"]) == [(p, o) for p, o in all_positions(offsets) if o >= start[str(p)]]
+
+
+def test_consumer_offsets_retention_expires_the_offsets_it_committed(tmp_path: Path, sarama: Sarama) -> None:
+    """Sarama sends Consumer.Offsets.Retention as OffsetCommit v2's retention_time: those offsets
+    expire that long after their commit, not after the broker's offsets.retention.minutes."""
+    sarama.require("1.22.", "a non-zero Consumer.Offsets.Retention commits with OffsetCommit v2")
+    broker = Rafka(tmp_path / "data", shards=1, extra=["--offsets-retention-check-interval-ms", "200"]).start()
+    try:
+        topic = new_topic(sarama, broker)
+        short, long = name("go-short"), name("go-long")
+        for group, retention in ((short, "2s"), (long, "1h")):
+            r = sarama.run("offset-manager", broker, topic=topic, group=group, offsets="0=1", retention=retention)
+            assert not r["errors"] and r["after"] == {"0": {"offset": 1, "metadata": "meta-0"}}, r
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+        def committed(group: str) -> int:
+            request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
+            [tp] = admin.list_consumer_group_offsets([request])[group].result(timeout=10).topic_partitions
+            return tp.offset
+
+        deadline = time.monotonic() + 15
+        while committed(short) != OFFSET_INVALID and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert committed(short) == OFFSET_INVALID, "the offset committed with a 2 s retention is gone"
+        assert committed(long) == 1, "the one committed with 1 h is kept"
+    finally:
+        assert broker.stop() == 0
 
 
 def test_offset_commit_v1_of_saramas_default_config_is_refused_like_kafka_4(rafka: Rafka, sarama: Sarama) -> None:

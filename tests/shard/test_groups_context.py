@@ -235,10 +235,11 @@ def leave_op(group_id: str, members: list[tuple[str, str | None]], version: int 
 def commit_op(
     group_id: str, offsets: dict[str, dict[int, int]], *, generation: int = -1, member_id: str = "",
     instance_id: str | None = None, metadata: str | None = None, leader_epoch: int = -1, version: int = 9,
+    retention_time: int = -1,
 ) -> dict[str, Any]:
     return {
         "group_id": group_id, "generation_id_or_member_epoch": generation, "member_id": member_id,
-        "group_instance_id": instance_id, "retention_time_ms": -1, "api_version": version,
+        "group_instance_id": instance_id, "retention_time": retention_time, "api_version": version,
         "topics": [{"name": t, "partitions": [
             {"partition_index": p, "committed_offset": o, "committed_leader_epoch": leader_epoch,
              "committed_metadata": metadata} for p, o in parts.items()]} for t, parts in offsets.items()],

@@ -183,6 +183,36 @@ def test_simple_group_offsets_expire_per_commit_time() -> None:
     assert ctx.state("g") == "Empty"
 
 
+def test_an_offset_committed_with_its_own_retention_expires_then() -> None:
+    """OffsetCommit v2–4 retention_time: that offset expires at commit time + it, whatever the
+    broker's retention and however recently the group became Empty (Kafka's
+    OffsetExpirationConditionImpl); a later commit without one brings back the default."""
+    hour = 3_600_000
+    ctx = GroupsTestContext(offsets_retention_ms=7 * DAY)
+    [m] = ctx.stable_group("g", session=60_000)
+    ctx.commit("g", {"t": {0: 5, 1: 6, 2: 7}}, generation=1, member_id=m, version=2, retention_time=hour)
+    ctx.commit("g", {"t": {2: 8}}, generation=1, member_id=m, version=2)
+    ctx.leave("g", (m, None))
+    assert ctx.state("g") == "Empty"
+    ctx.sleep(hour - 1)
+    assert committed(ctx.fetch("g")) == {("t", 0): 5, ("t", 1): 6, ("t", 2): 8}
+    ctx.sleep(600_000)
+    assert committed(ctx.fetch("g")) == {("t", 2): 8}, "the default retention still keeps the recommitted one"
+    assert ctx.state("g") == "Empty"
+    ctx.sleep(7 * DAY)
+    assert ctx.state("g") == "Dead"
+
+
+def test_an_own_retention_of_a_simple_consumer_counts_from_its_commit() -> None:
+    ctx = GroupsTestContext(offsets_retention_ms=DAY)
+    ctx.commit("g", {"t": {0: 1}}, version=4, retention_time=2 * DAY)
+    ctx.commit("g", {"u": {0: 2}}, version=4)
+    ctx.sleep(DAY + 600_000)
+    assert committed(ctx.fetch("g")) == {("t", 0): 1}, "its own retention outlives the broker's"
+    ctx.sleep(DAY)
+    assert committed(ctx.fetch("g")) == {}
+
+
 def test_stable_consumer_group_keeps_offsets_of_subscribed_topics() -> None:
     ctx = GroupsTestContext(offsets_retention_ms=DAY)
     [m] = ctx.stable_group("g", topics=("live",), session=60_000)

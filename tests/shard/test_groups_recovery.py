@@ -29,7 +29,7 @@ def durable_view(coord: _GC) -> tuple[dict[Any, Any], dict[Any, Any]]:
     for org, gid in coord.offsets.group_keys():
         for topic in coord.offsets.topics(org, gid):
             for p, entry in coord.offsets.partitions(org, gid, topic):
-                offsets[(org, gid, topic, p)] = entry
+                offsets[(org, gid, topic, p)] = (entry, coord.offsets.expire_ts(org, gid, topic, p))
     return groups, offsets
 
 
@@ -300,3 +300,12 @@ def test_a_wal_loaded_into_a_live_coordinator_rebuilds_its_groups() -> None:
     assert not parked.done and ctx.state("a") == "PreparingRebalance"
     ctx.join("a", a2)
     assert parked["generation_id"] == 2
+
+
+def test_an_offsets_own_retention_survives_replay_and_compaction() -> None:
+    ctx = GroupsTestContext()
+    ctx.commit("g", {"t": {0: 1, 1: 2}}, version=2, retention_time=3_600_000)
+    ctx.commit("g", {"t": {1: 3}}, version=2)  # committed again without one: the default applies
+    fresh = assert_recovers(ctx)
+    assert fresh.coord.offsets.expire_ts(ctx.org, "g", "t", 0) == ctx.now + 3_600_000
+    assert fresh.coord.offsets.expire_ts(ctx.org, "g", "t", 1) is None

@@ -65,6 +65,7 @@ BROKER_CONFIGS = {  # Kafka's name -> its value from rafka's config
     "group.max.size": lambda c: str(c.group_max_size),
     "offset.metadata.max.bytes": lambda c: str(c.offset_metadata_max_bytes),
     "offsets.retention.minutes": lambda c: str(c.offsets_retention_minutes),
+    "offsets.retention.check.interval.ms": lambda c: str(c.offsets_retention_check_interval_ms),
     "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
 }
 

@@ -46,7 +46,10 @@ class GroupCoordinator(AdminMixin):
             if value is None:
                 self.offsets.delete(org_id, group_id, topic, partition)
                 return
-            if type(value) is dict:  # the value format before packed entries
+            expire_ts = None
+            if type(value) is tuple or type(value) is list:  # committed with its own retention
+                value, expire_ts = value
+            elif type(value) is dict:  # the value format before packed entries
                 value = pack_entry(value["offset"], value["leader_epoch"], value["metadata"] or "", value["commit_ts"])
             group_key = (org_id, group_id)
             if group_key not in self.groups and not (
@@ -54,6 +57,8 @@ class GroupCoordinator(AdminMixin):
                 # offsets never exist without a group; tolerate a log that lacks its record
                 self.groups[group_key] = ClassicGroup(org_id, group_id, "", state_ts=entry_commit_ts(value))
             self.offsets.put(group_key, topic, partition, value)
+            if expire_ts is not None or self.offsets.expiring:
+                self.offsets.set_expiry(group_key, topic, partition, expire_ts)
         elif record.type == RecordType.GROUP_METADATA:
             org_id, group_id = record.key
             if record.value is None:
@@ -75,7 +80,9 @@ class GroupCoordinator(AdminMixin):
         for org_id, group_id in self.offsets.group_keys():
             for topic in self.offsets.topics(org_id, group_id):
                 for index, raw in self.offsets.raw_partitions(org_id, group_id, topic):
-                    records.append(Record(RecordType.OFFSET_COMMIT, (org_id, group_id, topic, index), raw))
+                    expire_ts = self.offsets.expire_ts(org_id, group_id, topic, index) if self.offsets.expiring else None
+                    records.append(Record(RecordType.OFFSET_COMMIT, (org_id, group_id, topic, index),
+                                          raw if expire_ts is None else (raw, expire_ts)))
         return records
 
     def group_stats(self) -> dict[str, Any]:

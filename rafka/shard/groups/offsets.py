@@ -14,6 +14,8 @@ Empty group expire ``offsets_retention_ms`` after the group became Empty; those
 of a group with no protocol type (simple consumers) after their commit time;
 those of a Stable consumer group only for topics it no longer subscribes to; those of
 a KIP-848 group for the topics no member subscribes to, after their commit time. An
+offset committed with its own ``retention_time`` (OffsetCommit v2–4) expires at commit
+time + that instead, as Kafka's ``OffsetExpirationConditionImpl``. An
 offset an open transaction also holds waits; an Empty group left with no offsets and
 no open transaction is deleted, as in Kafka.
 """
@@ -89,6 +91,8 @@ class OffsetsMixin(MembershipMixin):
             return NO_RECORDS
 
         max_bytes = self.config.offset_metadata_max_bytes
+        retention = op.get("retention_time", -1)
+        expire_ts = now_ms + retention if retention is not None and retention != -1 else None
         topics_out = []
         for topic in op.get("topics") or []:
             name = topic["name"]
@@ -102,7 +106,7 @@ class OffsetsMixin(MembershipMixin):
                 epoch = p.get("committed_leader_epoch")
                 records.append(new_offset_commit_record(
                     org_id, group_id, name, index, p["committed_offset"],
-                    -1 if epoch is None else epoch, metadata or "", now_ms,
+                    -1 if epoch is None else epoch, metadata or "", now_ms, expire_ts,
                 ))
                 parts_out.append({"partition_index": index, "error_code": Errors.NONE})
             topics_out.append({"name": name, "partitions": parts_out})
@@ -228,7 +232,7 @@ class OffsetsMixin(MembershipMixin):
         if group.protocol_type is not None:
             if group.state is S.EMPTY:
                 base = group.state_ts  # counted from when the group became Empty
-                if base is not None and now_ms - base < retention:
+                if base is not None and now_ms - base < retention and group.key not in self.offsets.expiring:
                     return False
             elif not (group.uses_consumer_protocol() and group.subscribed_topics is not None
                       and group.state is S.STABLE):
@@ -243,16 +247,22 @@ class OffsetsMixin(MembershipMixin):
     def _expire_unsubscribed(self, org_id: str, group_id: str, subscribed: Callable[[str], bool], base: int | None,
                              now_ms: int, retention: int, records: list[Record]) -> bool:
         """Append tombstones for the group's offsets of topics it does not subscribe to that are
-        ``retention`` old (counted from ``base``, else from each commit) and that no open
-        transaction also holds (Kafka's cleanupExpiredOffsets); True if none would remain."""
+        ``retention`` old (counted from ``base``, else from each commit), or past their own
+        expiry time, and that no open transaction also holds (Kafka's cleanupExpiredOffsets);
+        True if none would remain."""
         all_expired = True
+        own = self.offsets.expiring.get((org_id, group_id), {})
         for topic in self.offsets.topics(org_id, group_id):
             if subscribed(topic):
                 all_expired = False
                 continue
             for index, raw in self.offsets.raw_partitions(org_id, group_id, topic):
-                if (now_ms - (entry_commit_ts(raw) if base is None else base) >= retention
-                        and not self.txn_pending(org_id, group_id, topic, index)):
+                expire_ts = own.get((topic, index))
+                if expire_ts is not None:
+                    expired = now_ms >= expire_ts
+                else:
+                    expired = now_ms - (entry_commit_ts(raw) if base is None else base) >= retention
+                if expired and not self.txn_pending(org_id, group_id, topic, index):
                     records.append(new_offset_commit_tombstone(org_id, group_id, topic, index))
                 else:
                     all_expired = False

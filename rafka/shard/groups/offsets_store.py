@@ -9,6 +9,10 @@ they are dense, and fall back to a dict for sparse or huge indexes so a hostile
 partition number cannot allocate a huge list. The result is ~60 bytes per
 committed offset instead of ~165 for a dict of tuples.
 
+An offset committed with its own retention (OffsetCommit v2–4 ``retention_time``)
+also has an entry in ``expiring``, ``{group: {(topic, partition): expire_ts}}``; it
+is rare, so it lives apart and costs the other offsets nothing.
+
 Only ``GroupCoordinator.replay`` writes here (OFFSET_COMMIT records and their
 tombstones); handlers only read. ``count`` is kept up to date so metrics never
 walk the store.
@@ -48,11 +52,12 @@ def entry_commit_ts(raw: bytes) -> int:
 class OffsetStore:
     """Committed offsets of every group of one coordinator."""
 
-    __slots__ = ("_groups", "count")
+    __slots__ = ("_groups", "count", "expiring")
 
     def __init__(self) -> None:
         self._groups: dict[tuple[str, str], dict[str, Partitions]] = {}
         self.count = 0
+        self.expiring: dict[tuple[str, str], dict[tuple[str, int], int]] = {}
 
     # ----------------------------------------------------------------- writes
     def put(self, group_key: tuple[str, str], topic: str, partition: int, raw: bytes) -> None:
@@ -87,8 +92,26 @@ class OffsetStore:
             self.count += 1
         parts[partition] = raw
 
+    def set_expiry(self, group_key: tuple[str, str], topic: str, partition: int, expire_ts: int | None) -> None:
+        """Give one stored offset its own expiry time, or (None) take it away."""
+        if expire_ts is not None:
+            self.expiring.setdefault(group_key, {})[(topic, partition)] = expire_ts
+            return
+        own = self.expiring.get(group_key)
+        if own is not None:
+            own.pop((topic, partition), None)
+            if not own:
+                del self.expiring[group_key]
+
+    def expire_ts(self, org_id: str, group_id: str, topic: str, partition: int) -> int | None:
+        """The offset's own expiry time, if it was committed with one."""
+        own = self.expiring.get((org_id, group_id))
+        return None if own is None else own.get((topic, partition))
+
     def delete(self, org_id: str, group_id: str, topic: str, partition: int) -> None:
         """Forget one partition's committed offset (no-op if absent)."""
+        if self.expiring:
+            self.set_expiry((org_id, group_id), topic, partition, None)
         topics = self._groups.get((org_id, group_id))
         parts = None if topics is None else topics.get(topic)
         if parts is None or topics is None:

@@ -91,11 +91,12 @@ def new_group_tombstone(org_id: str, group_id: str) -> Record:
 
 def new_offset_commit_record(
     org_id: str, group_id: str, topic: str, partition: int,
-    offset: int, leader_epoch: int, metadata: str, commit_ts: int,
+    offset: int, leader_epoch: int, metadata: str, commit_ts: int, expire_ts: int | None = None,
 ) -> Record:
-    """An OFFSET_COMMIT record for one partition."""
+    """An OFFSET_COMMIT record for one partition; ``expire_ts`` when committed with its own retention."""
     value = pack_entry(offset, leader_epoch, metadata, commit_ts)
-    return Record(RecordType.OFFSET_COMMIT, (org_id, group_id, topic, partition), value)
+    return Record(RecordType.OFFSET_COMMIT, (org_id, group_id, topic, partition),
+                  value if expire_ts is None else (value, expire_ts))
 
 
 def new_offset_commit_tombstone(org_id: str, group_id: str, topic: str, partition: int) -> Record:
