@@ -47,10 +47,12 @@ class GroupCoordinator(AdminMixin):
                 self.offsets.delete(org_id, group_id, topic, partition)
                 return
             expire_ts = None
-            if type(value) is tuple or type(value) is list:  # committed with its own retention
-                value, expire_ts = value
-            elif type(value) is dict:  # the value format before packed entries
-                value = pack_entry(value["offset"], value["leader_epoch"], value["metadata"] or "", value["commit_ts"])
+            if type(value) is not bytes:
+                if type(value) is dict:  # the value format before packed entries
+                    value = pack_entry(value["offset"], value["leader_epoch"], value["metadata"] or "",
+                                       value["commit_ts"])
+                else:  # (entry, expire_ts): committed with its own retention
+                    value, expire_ts = value
             group_key = (org_id, group_id)
             if group_key not in self.groups and not (
                     self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id)):
