@@ -375,6 +375,42 @@ async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, An
     return {"throttle_time": 0, "topics": topics}
 
 
+@api(23, 2, 4, "data.offset-for-leader-epoch")
+async def offset_for_leader_epoch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    """The end offset of a leader epoch (KIP-101/320), as Kafka's LeaderEpochFileCache.endOffsetFor:
+    rafka's partitions have one epoch, ``LEADER_EPOCH``, so it ends at the log end offset, and any
+    other epoch is undefined (-1, -1). Each entry is answered on its own, as Kafka does."""
+    infos, missing = await _topics(ctx, [t["topic"] for t in req["topics"]], False)
+    wanted = {}  # the partitions whose log end offset an entry needs
+    for t in req["topics"]:
+        info = infos.get(t["topic"])
+        for p in t["partitions"] if info else ():
+            if 0 <= p["partition"] < info["partitions"] and p["leader_epoch"] == LEADER_EPOCH:  # type: ignore[index]
+                wanted[(t["topic"], p["partition"])] = {"topic": t["topic"], "partition": p["partition"],
+                                                        "timestamp": -1, **_incarnation(info)}  # type: ignore[arg-type]
+    answers = await _split_call(ctx, Op.LIST_OFFSETS, list(wanted.values()), {"isolation_level": 0}) if wanted else {}
+    _forget_stale(ctx, answers)
+    topics = []
+    for t in req["topics"]:
+        info = infos.get(t["topic"])
+        prs = []
+        for p in t["partitions"]:
+            out = {"partition": p["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+            if info is None or not 0 <= p["partition"] < info["partitions"]:
+                out["error_code"] = missing
+            elif code := _leader_epoch_error(p.get("current_leader_epoch")):
+                out["error_code"] = code
+            elif p["leader_epoch"] == LEADER_EPOCH:
+                a = answers.get((t["topic"], p["partition"]), {"error_code": Err.UNKNOWN_TOPIC_OR_PARTITION})
+                if a.get("error_code"):
+                    out["error_code"] = a["error_code"]
+                else:
+                    out.update(leader_epoch=LEADER_EPOCH, end_offset=a["offset"])
+            prs.append(out)
+        topics.append({"topic": t["topic"], "partitions": prs})
+    return {"throttle_time": 0, "topics": topics}
+
+
 @api(21, 0, 2, "data.delete-records")
 async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
