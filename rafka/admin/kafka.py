@@ -133,7 +133,10 @@ class Cluster:
             kw["states"] = wanted
         result = self._wait(self.admin.list_consumer_groups(**kw), "list groups")
         if result.errors and not result.valid:
-            raise KafkaFailure(f"list groups: {result.errors[0]}")
+            from confluent_kafka import KafkaException
+
+            err = result.errors[0]  # librdkafka may answer a timeout here rather than through the future
+            raise _error(err if isinstance(err, BaseException) else KafkaException(err), "list groups")
         groups = [{"group_id": g.group_id, "state": state_name(g.state),
                    "type": getattr(getattr(g, "type", None), "name", "CLASSIC").lower(),
                    "is_simple": bool(g.is_simple_consumer_group)} for g in result.valid]
