@@ -132,7 +132,8 @@ class DataPlane:
         return records
 
     def describe_configs(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        respond(plain(self.catalog.describe_configs(org_id, op["name"], op.get("configuration_keys"))))
+        respond(plain(self.catalog.describe_configs(org_id, op["name"], op.get("configuration_keys"),
+                                                    op.get("include_synonyms", False))))
         return []
 
     # -- logs ---------------------------------------------------------------

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
 
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
+from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +62,38 @@ def test_topics_created_with_the_configs_tools_use_describe_them_back(rafka: Raf
     bad = NewTopic(_name("bad"), num_partitions=1, replication_factor=1, config={"cleanup.policy": "compacted"})
     with pytest.raises(Exception, match="INVALID_CONFIG"):
         admin.create_topics([bad])[bad.topic].result(15)
+
+
+def test_described_configs_name_their_synonyms_as_kafka(rafka: Rafka) -> None:
+    """kafka-configs --describe --all shows where each value comes from: the topic's override, then
+    the broker config whose default it inherits (none for retention.ms, whose first broker synonym
+    log.retention.ms has no default)."""
+    topic = _name("t")
+    _create(rafka.bootstrap, topic, {"retention.ms": "100000", "segment.bytes": "52428800"})
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    [fut] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+    described = fut.result(15)
+    got = {k: [(s.name, s.value, s.source) for s in described[k].synonyms.values()]
+           for k in ("retention.ms", "segment.bytes", "max.message.bytes", "segment.ms")}
+    topic_config, default_config = ConfigSource.DYNAMIC_TOPIC_CONFIG.value, ConfigSource.DEFAULT_CONFIG.value
+    assert got == {
+        "retention.ms": [("retention.ms", "100000", topic_config)],
+        "segment.bytes": [("segment.bytes", "52428800", topic_config), ("log.segment.bytes", "1073741824", default_config)],
+        "max.message.bytes": [("message.max.bytes", "1048588", default_config)],
+        "segment.ms": [],
+    }
+    with RawClient("127.0.0.1", rafka.port) as c:
+        node = c.request(3, 12, {"topics": [], "allow_auto_topic_creation": False})["brokers"][0]["node_id"]
+        resp = c.request(32, 4, {"resources": [
+            {"resource_type": 2, "resource_name": topic, "configuration_keys": ["segment.bytes"]},
+            {"resource_type": 4, "resource_name": str(node), "configuration_keys": ["message.max.bytes"]}],
+            "include_synonyms": False, "include_documentation": False})
+        assert [r["configs"][0]["synonyms"] for r in resp["results"]] == [[], []], "only when asked for"
+        resp = c.request(32, 4, {"resources": [
+            {"resource_type": 4, "resource_name": str(node), "configuration_keys": ["message.max.bytes"]}],
+            "include_synonyms": True, "include_documentation": False})
+    assert resp["results"][0]["configs"][0]["synonyms"] == [
+        {"name": "message.max.bytes", "value": "1048588", "source": default_config}]
 
 
 def test_compacted_topic_needs_keys(rafka: Rafka) -> None:

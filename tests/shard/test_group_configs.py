@@ -44,6 +44,18 @@ def test_describe_shows_defaults_then_the_groups_own_values() -> None:
     assert describe(ctx)[SESSION_TIMEOUT] == ("45000", 5)
 
 
+def test_synonyms_are_the_groups_own_value_when_asked_for() -> None:
+    ctx = Ctx()
+    assert alter(ctx, (SESSION_TIMEOUT, SET, "50000")).error == 0
+    for asked in (True, False):
+        response = Response()
+        ctx.cg.configs.describe(ctx.org, {"group": "g", "configuration_keys": None, "include_synonyms": asked},
+                                ctx.now, response)
+        synonyms = {c["name"]: c["synonyms"] for c in response["configs"]}
+        assert synonyms == {SESSION_TIMEOUT: [{"name": SESSION_TIMEOUT, "value": "50000", "source": 8}] if asked else [],
+                            HEARTBEAT_INTERVAL: []}
+
+
 def test_refusals_match_kafkas_group_config() -> None:
     ctx = Ctx()
     cases = [

@@ -151,16 +151,19 @@ async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str
     results = []
     for r in req["resources"]:
         keys = r.get("configuration_keys") or None  # Kafka: an empty list asks for every config
+        with_synonyms = bool(req.get("include_synonyms"))
         if r["resource_type"] == BROKER:
-            results.append(_describe_broker(ctx, r["resource_name"], keys))
+            results.append(_describe_broker(ctx, r["resource_name"], keys, with_synonyms))
         elif r["resource_type"] in (TOPIC, GROUP):
             name = r["resource_name"]
             try:
                 if r["resource_type"] == TOPIC:
-                    resp = await catalog_call(ctx, Op.DESCRIBE_CONFIGS, {"name": name, "configuration_keys": keys})
+                    resp = await catalog_call(ctx, Op.DESCRIBE_CONFIGS, {"name": name, "configuration_keys": keys,
+                                                                         "include_synonyms": with_synonyms})
                 elif name:
                     resp = await group_call(ctx, Op.DESCRIBE_GROUP_CONFIGS, name,
-                                            {"group": name, "configuration_keys": keys})
+                                            {"group": name, "configuration_keys": keys,
+                                             "include_synonyms": with_synonyms})
                 else:
                     resp = {"error_code": Err.INVALID_REQUEST, "error_message": "Group name must not be empty."}
             except Exception:
@@ -177,8 +180,9 @@ async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str
     return {"throttle_time": 0, "results": results}
 
 
-def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None) -> dict[str, Any]:
-    """DescribeConfigs of a BROKER resource, as Kafka's ConfigHelper answers it."""
+def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, with_synonyms: bool) -> dict[str, Any]:
+    """DescribeConfigs of a BROKER resource, as Kafka's ConfigHelper answers it; each config's
+    one synonym is itself (no dynamic broker configs exist to list above it)."""
     out = {"error_code": Err.NONE, "error_message": None, "resource_type": BROKER, "resource_name": name,
            "configs": []}
     node = ctx.gateway.node_id
@@ -192,5 +196,6 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None) -> 
                 "error_message": f"Unexpected broker id, expected {node} or empty string, but received {name}"}
     cfg = ctx.gateway.config
     out["configs"] = [{"name": k, "value": f(cfg), "read_only": True, "config_source": 5, "is_sensitive": False,
-                       "synonyms": []} for k, f in sorted(BROKER_CONFIGS.items()) if keys is None or k in keys]
+                       "synonyms": [{"name": k, "value": f(cfg), "source": 5}] if with_synonyms else []}
+                      for k, f in sorted(BROKER_CONFIGS.items()) if keys is None or k in keys]
     return out

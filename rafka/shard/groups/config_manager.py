@@ -72,15 +72,19 @@ class GroupConfigManager:
     def describe(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         """DescribeConfigs for one group. ``op = {group, configuration_keys}``; answers
         ``{error_code, error_message, configs: [{name, value, read_only, config_source, is_default,
-        is_sensitive, config_type}]}``. Unknown names are skipped, as Kafka does."""
+        is_sensitive, config_type, synonyms}]}``. Unknown names are skipped, as Kafka does; the
+        synonyms, when asked for, are the group's override only (Kafka 4's ConfigHelper)."""
         del now_ms
         overrides = self.overrides.get((org_id, op["group"]), {})
         defaults = self._defaults()
         keys = op.get("configuration_keys")
+        with_synonyms = op.get("include_synonyms", False)
         respond({"error_code": NONE, "error_message": None, "configs": [
             {"name": n, "value": overrides.get(n, defaults[n]), "read_only": False,
              "config_source": GROUP_CONFIG if n in overrides else DEFAULT_CONFIG,
-             "is_default": n not in overrides, "is_sensitive": False, "config_type": INT}
+             "is_default": n not in overrides, "is_sensitive": False, "config_type": INT,
+             "synonyms": [{"name": n, "value": overrides[n], "source": GROUP_CONFIG}]
+             if with_synonyms and n in overrides else []}
             for n in NAMES if keys is None or n in keys]})
         return []
 

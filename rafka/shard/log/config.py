@@ -7,7 +7,9 @@ Kafka reports it and a parser that checks Kafka's validator. ``LogConfig.from_ov
 validates overrides and fills in defaults, giving the typed values the partition log
 uses; a key whose ``attribute`` is ``None`` changes nothing a client can see on a
 single-replica broker (flushing, index sizes, replication throttles, ...) and is
-only stored and described. ``describe`` lists every key the way DescribeConfigs does.
+only stored and described. ``describe`` lists every key the way DescribeConfigs does,
+with the synonyms Kafka's ConfigHelper lists when asked: the topic's override, then the
+broker config whose default the topic inherits (``BROKER_SYNONYMS``).
 
 ``cleanup.policy=compact`` is accepted with Kafka's rules for what a client can see
 (records need keys; time and size retention do not delete; DeleteRecords is refused)
@@ -247,11 +249,56 @@ def normalize_overrides(overrides: Mapping[str, str | None] | None) -> dict[str,
     return {k: str(v) for k, v in clean.items()}
 
 
-def describe(overrides: Mapping[str, str], names: list[str] | None = None) -> list[dict[str, Any]]:
+# ServerTopicConfigSynonyms: the broker config each topic config takes its default from,
+# where Kafka lists it as a DEFAULT_CONFIG synonym. Kafka drops the synonyms of configs whose
+# first broker synonym has no default (retention.ms's log.retention.ms, segment.ms's
+# log.roll.ms, segment.jitter.ms's log.roll.jitter.ms, flush.ms's log.flush.interval.ms), and
+# the remote-storage and throttle configs have none.
+BROKER_SYNONYMS = {
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.type": "compression.type",
+    "compression.zstd.level": "compression.zstd.level",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "flush.messages": "log.flush.interval.messages",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "local.retention.bytes": "log.local.retention.bytes",
+    "local.retention.ms": "log.local.retention.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "preallocate": "log.preallocate",
+    "retention.bytes": "log.retention.bytes",
+    "segment.bytes": "log.segment.bytes",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+
+def synonyms(name: str, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The DescribeConfigs synonyms of one topic config, highest precedence first."""
+    out = []
+    if name in overrides:
+        out.append({"name": name, "value": overrides[name], "source": DYNAMIC_TOPIC_CONFIG})
+    broker = BROKER_SYNONYMS.get(name)
+    if broker is not None:
+        out.append({"name": broker, "value": CONFIGS[name].default, "source": DEFAULT_CONFIG})
+    return out
+
+
+def describe(overrides: Mapping[str, str], names: list[str] | None = None,
+             include_synonyms: bool = False) -> list[dict[str, Any]]:
     """Every topic config (or just ``names``) as DescribeConfigs entries.
 
-    Each entry: ``{name, value, read_only, config_source, is_default, is_sensitive, config_type}``.
-    Unknown ``names`` are skipped, as Kafka does.
+    Each entry: ``{name, value, read_only, config_source, is_default, is_sensitive, config_type,
+    synonyms}``. Unknown ``names`` are skipped, as Kafka does.
     """
     out = []
     for name in sorted(CONFIGS) if names is None else names:
@@ -268,6 +315,7 @@ def describe(overrides: Mapping[str, str], names: list[str] | None = None) -> li
                 "is_default": not overridden,
                 "is_sensitive": False,
                 "config_type": spec.type,
+                "synonyms": synonyms(name, overrides) if include_synonyms else [],
             }
         )
     return out

@@ -186,7 +186,8 @@ class TopicCatalog:
                 )
         return out
 
-    def describe_configs(self, org_id: str, name: str, config_names: list[str] | None = None) -> dict[str, Any]:
+    def describe_configs(self, org_id: str, name: str, config_names: list[str] | None = None,
+                         include_synonyms: bool = False) -> dict[str, Any]:
         """DescribeConfigs for one topic: ``{error_code, error_message, configs: [...]}``."""
         info = self.topic(org_id, name)
         if info is None:
@@ -195,7 +196,7 @@ class TopicCatalog:
                 "error_message": f"Topic {name} not found",
                 "configs": [],
             }
-        return {"error_code": Errors.NONE, "error_message": None, "configs": describe(info.configs, config_names)}
+        return {"error_code": Errors.NONE, "error_message": None, "configs": describe(info.configs, config_names, include_synonyms)}
 
     # --------------------------------------------------------------- handlers
 
