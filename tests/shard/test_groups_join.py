@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rafka.shard.groups import Errors
+from rafka.shard.groups.classic import java_hash_order
 from rafka.shard.records import RecordType
 from tests.shard.test_groups_context import GroupsTestContext, meta
 
@@ -106,6 +107,30 @@ def test_protocol_is_chosen_by_vote_among_protocols_all_members_support() -> Non
     # the leader sees every member's metadata for the chosen protocol
     assert {m["member_id"]: m["metadata"] for m in ra["members"]} == {a: b"2", b: b"4", c: b"6"}
     assert rb["members"] == [] and rc["members"] == []
+
+
+def test_a_tied_vote_goes_where_kafkas_hashmap_puts_it_whoever_joined_first() -> None:
+    # Kafka's ClassicGroup.selectProtocol takes the first maximum of a java.util.HashMap: "range"
+    # (bucket 9 of 16) iterates before "roundrobin" (bucket 10)
+    for first, second in ((["roundrobin", "range"], ["range", "roundrobin"]),
+                          (["range", "roundrobin"], ["roundrobin", "range"])):
+        ctx = GroupsTestContext()
+        _, r1 = ctx.join_new_member("g", protocols=[(n, b"") for n in first])
+        _, r2 = ctx.join_new_member("g", protocols=[(n, b"") for n in second])
+        ctx.sleep(0)
+        assert r1["protocol_name"] == r2["protocol_name"] == "range"
+
+
+def test_java_hash_order_is_a_hashmaps_iteration_order() -> None:
+    # String.hashCode: "range" 108280125, "roundrobin" -128548644, "sticky" -892259863,
+    # "cooperative-sticky" 1843682987; spread and masked to 16 buckets: 9, 10, 8, 15
+    assert java_hash_order(["cooperative-sticky", "roundrobin", "range", "sticky"]) == [
+        "sticky", "range", "roundrobin", "cooperative-sticky"]
+    # "Aa" and "BB" share a hash code (2112): one bucket, insertion order
+    assert java_hash_order(["BB", "Aa"]) == ["BB", "Aa"] and java_hash_order(["Aa", "BB"]) == ["Aa", "BB"]
+    # 16 keys: 32 buckets (as printed by a java.util.HashMap filled in this order on OpenJDK)
+    keys = [f"p{i}" for i in range(13)] + ["zz", "é", "ü-x"]
+    assert ",".join(java_hash_order(keys)) == "p0,zz,p1,p2,p3,p4,ü-x,p5,p6,p7,p8,p9,é,p10,p12,p11"
 
 
 def test_protocol_vote_only_counts_protocols_every_member_supports() -> None:

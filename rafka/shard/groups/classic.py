@@ -367,14 +367,16 @@ class ClassicGroup:
         )
 
     def select_protocol(self) -> str:
-        """The protocol every member supports with the most votes (ties: first voted)."""
+        """The protocol every member supports with the most votes. Kafka counts the votes in a
+        java.util.HashMap and takes the first maximum in its iteration order, so a tie goes to
+        the same protocol whichever member joined first; ``java_hash_order`` gives that order."""
         size = len(self.members)
         candidates = {name for name, count in self.supported_protocols.items() if count == size}
         votes: dict[str, int] = {}
         for member in self.members.values():
             choice = member.vote(candidates)
             votes[choice] = votes.get(choice, 0) + 1
-        return max(votes, key=votes.__getitem__)
+        return max(java_hash_order(list(votes)), key=votes.__getitem__)
 
     def uses_consumer_protocol(self) -> bool:
         return self.protocol_type == CONSUMER_PROTOCOL_TYPE
@@ -463,3 +465,21 @@ class ClassicGroup:
         group.subscribed_topics = group.compute_subscribed_topics()
         group.durable = value
         return group
+
+
+def java_hash_order(keys: list[str]) -> list[str]:
+    """``keys`` (in insertion order) in the order a java.util.HashMap of them iterates: by bucket,
+    ``(h ^ h >>> 16) & (capacity - 1)`` of String.hashCode, then insertion order within a bucket;
+    the capacity starts at 16 and doubles while the keys exceed 3/4 of it."""
+    capacity = 16
+    while len(keys) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(key: str) -> int:
+        units = key.encode("utf-16-be")
+        h = 0
+        for i in range(0, len(units), 2):
+            h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return sorted(keys, key=bucket)  # stable: insertion order within a bucket
