@@ -212,6 +212,20 @@ def test_static_classic_member_restarts_in_a_consumer_group() -> None:
     assert classic_join(ctx, first, instance_id="i1").error == Errors.FENCED_INSTANCE_ID
 
 
+def test_removing_a_static_member_by_instance_id_echoes_the_request() -> None:
+    # an admin's removeMembersFromConsumerGroup sends the instance id alone; Kafka answers each
+    # member with the identity it was asked about, which the admin client matches its results by
+    ctx = Ctx()
+    ctx.hb("m1", 0, ["t"])
+    member_id = classic_join(ctx, "", instance_id="i1")["member_id"]
+    r = ctx.call("leave_group", {"group_id": "g", "members": [
+        {"member_id": "", "group_instance_id": "i1"}, {"member_id": "", "group_instance_id": "i9"}]})
+    assert r["members"] == [
+        {"member_id": "", "group_instance_id": "i1", "error_code": Errors.NONE},
+        {"member_id": "", "group_instance_id": "i9", "error_code": Errors.UNKNOWN_MEMBER_ID}]
+    assert member_id not in ctx.cgroup().members and ctx.cgroup().static_members == {}
+
+
 def test_classic_member_that_does_not_rejoin_or_sync_is_fenced() -> None:
     ctx = Ctx()
     a, b, gen = classic_stable(ctx)

@@ -296,7 +296,8 @@ class ClassicMembersMixin:
 
     # --------------------------------------------------------------- leave
     def classic_group_leave(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
-        """A LeaveGroup to a consumer group: each known member is removed (group epoch bump)."""
+        """A LeaveGroup to a consumer group: each known member is removed (group epoch bump); each
+        answer echoes the identity the request gave, as Kafka's classicGroupLeaveToConsumerGroup."""
         self._ensure_loaded(now_ms)
         group = self.group(org_id, op["group_id"])
         assert group is not None
@@ -306,6 +307,7 @@ class ClassicMembersMixin:
             member_id = identity.get("member_id") or ""
             instance_id = identity.get("group_instance_id")
             error = Errors.NONE
+            leaving = member_id
             if instance_id is not None:
                 known = group.static_members.get(instance_id)
                 if known is None:
@@ -313,11 +315,11 @@ class ClassicMembersMixin:
                 elif member_id and member_id != known:
                     error = Errors.FENCED_INSTANCE_ID
                 else:
-                    member_id = known
+                    leaving = known
             elif member_id not in group.members:
                 error = Errors.UNKNOWN_MEMBER_ID
             if not error:
-                self._remove_member(group, member_id, records)
+                self._remove_member(group, leaving, records)
             results.append({"member_id": member_id, "group_instance_id": instance_id, "error_code": error})
         respond({"error_code": Errors.NONE, "members": results})
         return records
