@@ -46,29 +46,42 @@ class InvalidConfigError(ValueError):
         self.value = value
 
 
-def _number(convert: Callable[[str], Any], minimum: float, maximum: float) -> Callable[[str], Any]:
+_JAVA_RANGE = {"INT": (-(2**31), INT32_MAX), "LONG": (INT64_MIN, INT64_MAX)}
+
+
+def _number(kind: str, minimum: float, maximum: float | None) -> Callable[[str], Any]:
+    """A parser with the messages of Kafka's ConfigDef.parseType (``kind`` INT, LONG or DOUBLE:
+    what Java cannot parse into it is "Not a number") and ConfigDef.Range."""
+
     def parse(text: str) -> Any:
+        trimmed = text.strip()
         try:
-            value = convert(text.strip())
+            if "_" in trimmed:  # Python reads 1_000; Java does not
+                raise ValueError(trimmed)
+            value = float(trimmed) if kind == "DOUBLE" else int(trimmed)
         except (ValueError, AttributeError):
-            raise InvalidConfigError(f"{text!r} is not a number") from None
-        if not minimum <= value <= maximum:
-            raise InvalidConfigError(f"value {value} must be in [{minimum}, {maximum}]")
+            raise InvalidConfigError(f"Not a number of type {kind}") from None
+        if kind in _JAVA_RANGE and not _JAVA_RANGE[kind][0] <= value <= _JAVA_RANGE[kind][1]:
+            raise InvalidConfigError(f"Not a number of type {kind}")
+        if value < minimum:
+            raise InvalidConfigError(f"Value must be at least {minimum}", str(value))
+        if maximum is not None and value > maximum:
+            raise InvalidConfigError(f"Value must be no more than {maximum}", str(value))
         return value
 
     return parse
 
 
-def _int(minimum: int, maximum: int = INT32_MAX) -> Callable[[str], int]:
-    return _number(int, minimum, maximum)
+def _int(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    return _number("INT", minimum, maximum)
 
 
-def _long(minimum: int, maximum: int = INT64_MAX) -> Callable[[str], int]:
-    return _number(int, minimum, maximum)
+def _long(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    return _number("LONG", minimum, maximum)
 
 
 def _double(minimum: float, maximum: float) -> Callable[[str], float]:
-    return _number(float, minimum, maximum)
+    return _number("DOUBLE", minimum, maximum)
 
 
 def _boolean(text: str) -> bool:
@@ -120,9 +133,10 @@ def _remote_storage(text: str) -> bool:
 
 
 def _gzip_level(text: str) -> int:
-    level = _int(-1, 9)(text)
-    if level == 0:
-        raise InvalidConfigError("value 0 must be -1 or in [1, 9]")
+    """GzipCompression.LevelValidator."""
+    level = _int(-(2**31))(text)
+    if level > 9 or (level < 1 and level != -1):
+        raise InvalidConfigError("Value must be between 1 and 9 or equal to -1", str(level))
     return level
 
 
