@@ -69,6 +69,7 @@ class Op(IntEnum):
     TXN_LIST = 49
     DESCRIBE_PRODUCERS = 50
     TXN_VERIFY = 51
+    FETCH_RETARGET = 52
 
 
 OP_NAMES: dict[int, str] = {
@@ -97,6 +98,7 @@ OP_NAMES: dict[int, str] = {
     Op.PRODUCE: "data.produce",
     Op.FETCH: "data.fetch",
     Op.FETCH_CANCEL: "data.fetch-cancel",
+    Op.FETCH_RETARGET: "data.fetch-retarget",
     Op.LIST_OFFSETS: "data.list-offsets",
     Op.DELETE_RECORDS: "data.delete-records",
     Op.INIT_PRODUCER_ID: "data.init-producer-id",

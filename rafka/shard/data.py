@@ -6,7 +6,8 @@ to the shard's handler shape ``(org_id, payload, now_ms, respond) -> records``
 under its ``fetch_id`` and the partitions it watches; a produce that appends to a
 watched partition re-runs the parked fetch, and the fetch is answered when it has
 ``min_bytes``, when its ``max_wait_ms`` timer fires, or when the gateway sends
-FETCH_CANCEL (another shard already answered a fetch spanning several shards).
+FETCH_CANCEL (a fetch spanning several shards has its answer). FETCH_RETARGET lowers a
+parked fetch's ``min_bytes`` to what the other shards' answers left to make up.
 Responses are plain msgpack data (topic ids as strings).
 """
 
@@ -80,6 +81,7 @@ class DataPlane:
         for op, fn in [(Op.LIST_TOPICS, self.list_topics), (Op.DESCRIBE_CONFIGS, self.describe_configs),
                        (Op.LOG_DIRS, self.log_dirs), (Op.LIST_LOGS, self.list_logs),
                        (Op.FETCH, self.fetch), (Op.FETCH_CANCEL, self.fetch_cancel),
+                       (Op.FETCH_RETARGET, self.fetch_retarget),
                        (Op.LIST_OFFSETS, self.list_offsets),
                        (Op.CREATE_TOPIC, _pure(self.catalog.create_topics)),
                        (Op.DELETE_TOPIC, _pure(self.catalog.delete_topics, now=False)),
@@ -194,6 +196,17 @@ class DataPlane:
 
     def fetch_cancel(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         self._finish(op["fetch_id"])
+        respond({})
+        return []
+
+    def fetch_retarget(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
+        """The parked fetch ``fetch_id`` now needs only ``min_bytes``: answer it if it has them."""
+        parked = self.parked.get(op["fetch_id"])
+        if parked is not None:
+            parked.op = {**parked.op, "min_bytes": op["min_bytes"]}
+            resp = self.logs.fetch(parked.org_id, parked.op)
+            if sum(len(p.get("records") or b"") for p in resp["partitions"]) >= max(op["min_bytes"], 1):
+                self._finish(op["fetch_id"], resp)
         respond({})
         return []
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,27 @@ def test_min_bytes_is_weighed_against_the_whole_answer(rafka: Rafka) -> None:
     got, took = _fetch(rafka, topic, {a: 0, b: 0}, min_bytes=1000, max_wait=4000)
     assert got[a]["records"] and got[b]["records"]
     assert took < 2.0, f"~1,140 bytes were ready for min_bytes 1000, yet the fetch waited {took:.1f}s"
+
+
+def test_a_fetch_is_not_answered_below_min_bytes_before_max_wait(rafka: Rafka) -> None:
+    # Kafka's DelayedFetch sums the bytes of every partition: ~570 ready on one shard and none on
+    # the other is below min_bytes 1000, so the fetch waits out max_wait (it used to answer at once)
+    topic, a, b = _two_shards_topic(rafka, 1)
+    got, took = _fetch(rafka, topic, {a: 0, b: 1}, min_bytes=1000, max_wait=2500)
+    assert got[a]["records"] and not got[b]["records"]
+    assert took >= 2.0, f"~570 bytes answered for min_bytes 1000 after {took:.1f}s, before max_wait 2.5s"
+    # ... and it is answered as soon as the other shard makes up the difference
+    producer = Producer({"bootstrap.servers": rafka.bootstrap, "linger.ms": 0})
+    # ~450 bytes: below b's own share (500) but enough with a's ~570, once b is told what is left
+    timer = threading.Timer(1.0, lambda: (producer.produce(topic, b"v" * 380, partition=b), producer.flush(10)))
+    timer.start()
+    try:
+        got, took = _fetch(rafka, topic, {a: 0, b: 1}, min_bytes=1000, max_wait=8000)
+    finally:
+        timer.join()
+    sizes = len(got[a]["records"]), len(got[b]["records"])
+    assert sizes[1] < 500 and sum(sizes) >= 1000, sizes  # the premise: only the two together reach min_bytes
+    assert took < 6.0, f"min_bytes was reached ~1s in, yet the fetch waited {took:.1f}s (max_wait 8s)"
 
 
 def test_an_error_on_one_shard_ends_the_long_poll(rafka: Rafka) -> None:

@@ -212,10 +212,13 @@ async def _resolve_fetch_topics(ctx: RequestContext, req: dict[str, Any]) -> lis
 
 
 async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
-    """Fetch from every owning shard, each holding out for its share of ``min_bytes``; when one
-    answers with data or a partition error, cancel the others' waits (Kafka answers at once then
-    too). A shard that has not answered ``FETCH_SLACK`` after ``max_wait`` is answered for with a
-    retriable error: a fetch only reads, so nothing is lost by not waiting for a stalled shard."""
+    """Fetch from every owning shard, each holding out for its share of ``min_bytes``. When the
+    answers so far hold ``min_bytes``, or one has a partition error, cancel the others' waits
+    (Kafka answers at once then too); when they hold less, the shards still waiting share what
+    is left to make up (FETCH_RETARGET), so the fetch is never answered below ``min_bytes`` before
+    ``max_wait``. A shard that has not answered ``FETCH_SLACK`` after ``max_wait`` is answered for
+    with a retriable error: a fetch only reads, so nothing is lost by not waiting for a stalled
+    shard."""
     router = ctx.gateway.router
     loop = asyncio.get_running_loop()
     by_shard: dict[int, list[dict[str, Any]]] = {}
@@ -233,18 +236,25 @@ async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra:
 
     pending = set(futs)
     cancelled = False
+    answered = 0  # bytes of records the shards have answered with
     while pending:
         done, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()),
                                            return_when=asyncio.FIRST_COMPLETED)
         if not done:
             break
         # a shard that is down fails at once: that ends no wait, its partitions answer after max_wait
-        ended = any(not f.exception() and any(p.get("records") or p.get("error_code") for p in f.result()["partitions"])
-                    for f in done)
-        if ended and not cancelled:
+        answers = [p for f in done if not f.exception() for p in f.result()["partitions"]]
+        answered += sum(len(p.get("records") or b"") for p in answers)
+        if cancelled or not pending:
+            continue
+        if any(p.get("error_code") for p in answers) or (answered and answered >= min_bytes):
             cancelled = True
             for f in pending:
                 cancel(futs[f])
+        elif answered:
+            left = {"fetch_id": fetch_id, "min_bytes": max(1, (min_bytes - answered) // len(pending))}
+            for f in pending:
+                _quietly(router.call(futs[f], Op.FETCH_RETARGET, ctx.org_id, left, ctx.trace))
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for f, s in futs.items():
         if not f.done():
