@@ -78,7 +78,7 @@ def test_offsets_of_partitions_that_do_not_exist(rafka: Rafka) -> None:
 def test_describe_broker_configs(rafka: Rafka) -> None:
     """This node's id lists the broker configs rafka runs with; another id is INVALID_REQUEST
     and the cluster-default resource "" lists no dynamic defaults, as Kafka answers."""
-    from confluent_kafka.admin import ConfigResource, ResourceType
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
     admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
     mine = ConfigResource(ResourceType.BROKER, "0")
@@ -86,6 +86,17 @@ def test_describe_broker_configs(rafka: Rafka) -> None:
     assert configs["message.max.bytes"].value == "1048588" and configs["default.replication.factor"].value == "1"
     assert configs["log.message.timestamp.after.max.ms"].value == "3600000"
     assert all(c.is_read_only for c in configs.values())
+    # a value rafka runs with that is not Kafka's default reads as set in the broker's config, with
+    # Kafka's default below it; node.id has no default
+    static, default = ConfigSource.STATIC_BROKER_CONFIG.value, ConfigSource.DEFAULT_CONFIG.value
+    keys = ["group.initial.rebalance.delay.ms", "message.max.bytes", "node.id"]
+    assert {k: configs[k].source for k in keys} == dict(zip(keys, (static, default, static), strict=True))
+    with RawClient("127.0.0.1", rafka.port) as raw:  # librdkafka keeps one synonym per name
+        resp = raw.request(32, 4, {"resources": [{"resource_type": 4, "resource_name": "0", "configuration_keys": keys}],
+                                   "include_synonyms": True, "include_documentation": False})
+    assert {c["name"]: [(s["value"], s["source"]) for s in c["synonyms"]] for c in resp["results"][0]["configs"]} == {
+        "group.initial.rebalance.delay.ms": [("0", static), ("3000", default)],
+        "message.max.bytes": [("1048588", default)], "node.id": [("0", static)]}
     with RawClient("127.0.0.1", rafka.port) as raw:  # librdkafka sends a broker's resource to that broker
         resp = raw.request(32, 4, {"resources": [{"resource_type": 4, "resource_name": name, "configuration_keys": None}
                                                  for name in ("", "7")],

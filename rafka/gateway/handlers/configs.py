@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
@@ -31,43 +32,48 @@ from rafka.rail import Op
 TOPIC, BROKER, GROUP = 2, 4, 32  # config resource types
 INT64_MAX = 2**63 - 1
 
-BROKER_CONFIGS = {  # Kafka's name -> its value from rafka's config
-    "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
-    "broker.id": lambda c: str(c.node_id),
-    "node.id": lambda c: str(c.node_id),
-    "num.partitions": lambda c: str(c.default_partitions),
-    "default.replication.factor": lambda c: "1",
-    "min.insync.replicas": lambda c: "1",
-    "offsets.topic.replication.factor": lambda c: "1",
-    "offsets.topic.num.partitions": lambda c: str(c.coordinator_partitions),
-    "delete.topic.enable": lambda c: "true",
-    "message.max.bytes": lambda c: "1048588",
-    "compression.type": lambda c: "producer",
-    "log.cleanup.policy": lambda c: "delete",
-    "log.retention.hours": lambda c: "168",
-    "log.retention.bytes": lambda c: "-1",
-    "log.retention.check.interval.ms": lambda c: str(c.log_retention_check_interval_ms),
-    "log.segment.bytes": lambda c: "1073741824",
-    "log.roll.hours": lambda c: "168",
-    "log.message.timestamp.type": lambda c: "CreateTime",
-    "log.message.timestamp.after.max.ms": lambda c: "3600000",
-    "log.message.timestamp.before.max.ms": lambda c: str(INT64_MAX),
-    "group.consumer.session.timeout.ms": lambda c: str(c.consumer_group_session_timeout_ms),
-    "group.consumer.heartbeat.interval.ms": lambda c: str(c.consumer_group_heartbeat_interval_ms),
-    "group.consumer.min.session.timeout.ms": lambda c: str(c.consumer_group_min_session_timeout_ms),
-    "group.consumer.max.session.timeout.ms": lambda c: str(c.consumer_group_max_session_timeout_ms),
-    "group.consumer.min.heartbeat.interval.ms": lambda c: str(c.consumer_group_min_heartbeat_interval_ms),
-    "group.consumer.max.heartbeat.interval.ms": lambda c: str(c.consumer_group_max_heartbeat_interval_ms),
-    "transaction.max.timeout.ms": lambda c: "900000",
-    "group.min.session.timeout.ms": lambda c: str(c.group_min_session_timeout_ms),
-    "group.max.session.timeout.ms": lambda c: str(c.group_max_session_timeout_ms),
-    "group.initial.rebalance.delay.ms": lambda c: str(c.group_initial_rebalance_delay_ms),
-    "group.max.size": lambda c: str(c.group_max_size),
-    "offset.metadata.max.bytes": lambda c: str(c.offset_metadata_max_bytes),
-    "offsets.retention.minutes": lambda c: str(c.offsets_retention_minutes),
-    "offsets.retention.check.interval.ms": lambda c: str(c.offsets_retention_check_interval_ms),
-    "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
+# Kafka's name -> (its value from rafka's config, Kafka's default or None for none). A value
+# that differs from Kafka's default is described as set in the broker's static config
+# (STATIC_BROKER_CONFIG, with the default below it as a synonym), as Kafka describes a
+# server.properties entry; the others as DEFAULT_CONFIG.
+BROKER_CONFIGS: dict[str, tuple[Callable[[Any], str], str | None]] = {
+    "auto.create.topics.enable": (lambda c: str(c.auto_create_topics).lower(), "true"),
+    "broker.id": (lambda c: str(c.node_id), None),
+    "node.id": (lambda c: str(c.node_id), None),
+    "num.partitions": (lambda c: str(c.default_partitions), "1"),
+    "default.replication.factor": (lambda c: "1", "1"),
+    "min.insync.replicas": (lambda c: "1", "1"),
+    "offsets.topic.replication.factor": (lambda c: "1", "3"),
+    "offsets.topic.num.partitions": (lambda c: str(c.coordinator_partitions), "50"),
+    "delete.topic.enable": (lambda c: "true", "true"),
+    "message.max.bytes": (lambda c: "1048588", "1048588"),
+    "compression.type": (lambda c: "producer", "producer"),
+    "log.cleanup.policy": (lambda c: "delete", "delete"),
+    "log.retention.hours": (lambda c: "168", "168"),
+    "log.retention.bytes": (lambda c: "-1", "-1"),
+    "log.retention.check.interval.ms": (lambda c: str(c.log_retention_check_interval_ms), "300000"),
+    "log.segment.bytes": (lambda c: "1073741824", "1073741824"),
+    "log.roll.hours": (lambda c: "168", "168"),
+    "log.message.timestamp.type": (lambda c: "CreateTime", "CreateTime"),
+    "log.message.timestamp.after.max.ms": (lambda c: "3600000", "3600000"),
+    "log.message.timestamp.before.max.ms": (lambda c: str(INT64_MAX), str(INT64_MAX)),
+    "group.consumer.session.timeout.ms": (lambda c: str(c.consumer_group_session_timeout_ms), "45000"),
+    "group.consumer.heartbeat.interval.ms": (lambda c: str(c.consumer_group_heartbeat_interval_ms), "5000"),
+    "group.consumer.min.session.timeout.ms": (lambda c: str(c.consumer_group_min_session_timeout_ms), "45000"),
+    "group.consumer.max.session.timeout.ms": (lambda c: str(c.consumer_group_max_session_timeout_ms), "60000"),
+    "group.consumer.min.heartbeat.interval.ms": (lambda c: str(c.consumer_group_min_heartbeat_interval_ms), "5000"),
+    "group.consumer.max.heartbeat.interval.ms": (lambda c: str(c.consumer_group_max_heartbeat_interval_ms), "15000"),
+    "transaction.max.timeout.ms": (lambda c: "900000", "900000"),
+    "group.min.session.timeout.ms": (lambda c: str(c.group_min_session_timeout_ms), "6000"),
+    "group.max.session.timeout.ms": (lambda c: str(c.group_max_session_timeout_ms), "1800000"),
+    "group.initial.rebalance.delay.ms": (lambda c: str(c.group_initial_rebalance_delay_ms), "3000"),
+    "group.max.size": (lambda c: str(c.group_max_size), "2147483647"),
+    "offset.metadata.max.bytes": (lambda c: str(c.offset_metadata_max_bytes), "4096"),
+    "offsets.retention.minutes": (lambda c: str(c.offsets_retention_minutes), "10080"),
+    "offsets.retention.check.interval.ms": (lambda c: str(c.offsets_retention_check_interval_ms), "600000"),
+    "socket.request.max.bytes": (lambda c: str(c.max_request_bytes), "104857600"),
 }
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5  # DescribeConfigs config_source
 
 
 def _alter_refusal(r: dict[str, Any], incremental: bool, node_id: int) -> str | None:
@@ -181,8 +187,8 @@ async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str
 
 
 def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, with_synonyms: bool) -> dict[str, Any]:
-    """DescribeConfigs of a BROKER resource, as Kafka's ConfigHelper answers it; each config's
-    one synonym is itself (no dynamic broker configs exist to list above it)."""
+    """DescribeConfigs of a BROKER resource, as Kafka's ConfigHelper answers it (no dynamic broker
+    configs exist, so the synonyms are the static value and Kafka's default)."""
     out = {"error_code": Err.NONE, "error_message": None, "resource_type": BROKER, "resource_name": name,
            "configs": []}
     node = ctx.gateway.node_id
@@ -195,7 +201,13 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, wit
         return {**out, "error_code": Err.INVALID_REQUEST,
                 "error_message": f"Unexpected broker id, expected {node} or empty string, but received {name}"}
     cfg = ctx.gateway.config
-    out["configs"] = [{"name": k, "value": f(cfg), "read_only": True, "config_source": 5, "is_sensitive": False,
-                       "synonyms": [{"name": k, "value": f(cfg), "source": 5}] if with_synonyms else []}
-                      for k, f in sorted(BROKER_CONFIGS.items()) if keys is None or k in keys]
+    for key, (value_of, default) in sorted(BROKER_CONFIGS.items()):
+        if keys is not None and key not in keys:
+            continue
+        value = value_of(cfg)
+        synonyms = [{"name": key, "value": default, "source": DEFAULT_CONFIG}] if default is not None else []
+        if value != default:
+            synonyms.insert(0, {"name": key, "value": value, "source": STATIC_BROKER_CONFIG})
+        out["configs"].append({"name": key, "value": value, "read_only": True, "config_source": synonyms[0]["source"],
+                               "is_sensitive": False, "synonyms": synonyms if with_synonyms else []})
     return out
