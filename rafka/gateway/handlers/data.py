@@ -82,8 +82,6 @@ async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], 
     return out
 
 
-
-
 def _leader_epoch_error(epoch: int | None) -> int:
     """Kafka's Partition.checkCurrentLeaderEpoch against rafka's one epoch (-1: none given)."""
     if epoch is None or epoch == -1 or epoch == LEADER_EPOCH:

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
-from rafka.gateway.handlers.errors import Err, coordinator_error
+from rafka.gateway.handlers.errors import Err, catalogue_error
 from rafka.gateway.handlers.topics import catalog_call, topic_cache
 from rafka.rail import Op
 
@@ -31,12 +31,13 @@ async def _partition_counts(ctx: RequestContext, names: list[str]) -> dict[str, 
         infos = await topic_cache(ctx).lookup(ctx, names, False)
     except Exception as exc:
         log.warning("topic catalogue unavailable: %r", exc)
-        return Err.LEADER_NOT_AVAILABLE if coordinator_error(exc) else Err.UNKNOWN_SERVER_ERROR
+        return catalogue_error(exc)
     return {name: info["partitions"] for name, info in infos.items() if info is not None}
 
 
 @api(43, 0, 2, "kafka.elect-leaders")
 async def elect_leaders(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    """Kafka's ReplicationControlManager.electLeaders: never needed, the one replica leads."""
     requested = req.get("topic_partitions")
     election_type = req.get("election_type", PREFERRED)
     if election_type not in (PREFERRED, UNCLEAN):
@@ -48,7 +49,7 @@ async def elect_leaders(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
             listed = await catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False})
         except Exception as exc:
             log.warning("elect leaders: topic catalogue unavailable: %r", exc)
-            return _elect_refused(None, Err.LEADER_NOT_AVAILABLE, None)
+            return _elect_refused(None, catalogue_error(exc), None)
         return {"throttle_time": 0, "error_code": 0, "replica_election_results": [
             {"topic": t["name"], "partition_result": []} for t in listed["topics"] if not t.get("error_code")]}
     counts = await _partition_counts(ctx, [t["topic"] for t in requested])
@@ -82,6 +83,7 @@ def _elect_refused(requested: list[dict[str, Any]] | None, code: int, message: s
 
 @api(45, 0, 1, "kafka.alter-partition-reassignments")
 async def alter_partition_reassignments(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    """Kafka's alterPartitionReassignments: only the current replica list is a valid target."""
     topics = req.get("topics") or []
     counts = await _partition_counts(ctx, [t["name"] for t in topics])
     node = ctx.gateway.node_id
@@ -125,6 +127,6 @@ def _replicas_refusal(replicas: list[int], node: int) -> str | None:
 
 @api(46, 0, 0, "kafka.list-partition-reassignments")
 async def list_partition_reassignments(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    # nothing is ever being reassigned; Kafka leaves out the topics and partitions named that are not
-    # (unknown ones included) without an error
+    """Nothing is ever being reassigned; Kafka leaves out the topics and partitions named that are
+    not (unknown ones included), without an error."""
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": []}

@@ -369,7 +369,9 @@ class ClassicGroup:
     def select_protocol(self) -> str:
         """The protocol every member supports with the most votes. Kafka counts the votes in a
         java.util.HashMap and takes the first maximum in its iteration order, so a tie goes to
-        the same protocol whichever member joined first; ``java_hash_order`` gives that order."""
+        the same protocol whichever member joined first; ``java_hash_order`` gives that order.
+        (Two names in one bucket keep the order of their first votes: join order here, Kafka's
+        member-id order there; the usual assignor names are in distinct buckets.)"""
         size = len(self.members)
         candidates = {name for name, count in self.supported_protocols.items() if count == size}
         votes: dict[str, int] = {}

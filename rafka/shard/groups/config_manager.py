@@ -16,9 +16,9 @@ share-group configs (KIP-932) are unknown names here: rafka has no share groups.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from rafka import javanum
 from rafka.shard.groups.core import GroupConfig, Respond
 from rafka.shard.log.config import APPEND, DELETE, SET, SUBTRACT
 from rafka.shard.records import Record, RecordType
@@ -29,8 +29,6 @@ NAMES = (HEARTBEAT_INTERVAL, SESSION_TIMEOUT)
 DEFAULT_CONFIG, GROUP_CONFIG = 5, 8  # DescribeConfigs config_source
 INT = 3  # DescribeConfigs config_type
 KAFKA_DEFAULTS = {SESSION_TIMEOUT: "45000", HEARTBEAT_INTERVAL: "5000"}  # GroupConfig's own, used to validate
-INT32_MAX = 2**31 - 1
-_INT = re.compile(r"[+-]?[0-9]+")
 NONE, INVALID_CONFIG, INVALID_REQUEST = 0, 40, 42
 
 
@@ -138,10 +136,10 @@ class GroupConfigManager:
 
 def _parse_int(name: str, raw: str) -> int:
     """A config value as Kafka's ConfigDef reads an INT (Java's parseInt of the trimmed text)."""
-    text = raw.strip()
-    if not _INT.fullmatch(text) or not -INT32_MAX - 1 <= int(text) <= INT32_MAX:
+    value = javanum.parse_integer(raw, "INT")
+    if value is None:
         raise InvalidGroupConfig(f"Invalid value {raw} for configuration {name}: Not a number of type INT")
-    return int(text)
+    return value
 
 
 def _altered(current: dict[str, str], changes: list[list[Any]]) -> dict[str, str]:

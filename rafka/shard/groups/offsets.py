@@ -232,7 +232,7 @@ class OffsetsMixin(MembershipMixin):
         if group.protocol_type is not None:
             if group.state is S.EMPTY:
                 base = group.state_ts  # counted from when the group became Empty
-                if base is not None and now_ms - base < retention and group.key not in self.offsets.expiring:
+                if base is not None and now_ms - base < retention and not self.offsets.own_expiries(group.key):
                     return False
             elif not (group.uses_consumer_protocol() and group.subscribed_topics is not None
                       and group.state is S.STABLE):
@@ -251,7 +251,7 @@ class OffsetsMixin(MembershipMixin):
         expiry time, and that no open transaction also holds (Kafka's cleanupExpiredOffsets);
         True if none would remain."""
         all_expired = True
-        own = self.offsets.expiring.get((org_id, group_id), {})
+        own = self.offsets.own_expiries((org_id, group_id))
         for topic in self.offsets.topics(org_id, group_id):
             if subscribed(topic):
                 all_expired = False

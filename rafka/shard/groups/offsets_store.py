@@ -103,6 +103,10 @@ class OffsetStore:
             if not own:
                 del self.expiring[group_key]
 
+    def own_expiries(self, group_key: tuple[str, str]) -> dict[tuple[str, int], int]:
+        """``{(topic, partition): expire_ts}`` of the group's offsets committed with their own retention."""
+        return self.expiring.get(group_key, {})
+
     def expire_ts(self, org_id: str, group_id: str, topic: str, partition: int) -> int | None:
         """The offset's own expiry time, if it was committed with one."""
         own = self.expiring.get((org_id, group_id))

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rafka import javanum
+
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -46,27 +48,18 @@ class InvalidConfigError(ValueError):
         self.value = value
 
 
-_JAVA_RANGE = {"INT": (-(2**31), INT32_MAX), "LONG": (INT64_MIN, INT64_MAX)}
-
-
 def _number(kind: str, minimum: float, maximum: float | None) -> Callable[[str], Any]:
     """A parser with the messages of Kafka's ConfigDef.parseType (``kind`` INT, LONG or DOUBLE:
-    what Java cannot parse into it is "Not a number") and ConfigDef.Range."""
+    what Java cannot parse into it is "Not a number") and ConfigDef.Range (NaN passes it)."""
 
     def parse(text: str) -> Any:
-        trimmed = text.strip()
-        try:
-            if "_" in trimmed:  # Python reads 1_000; Java does not
-                raise ValueError(trimmed)
-            value = float(trimmed) if kind == "DOUBLE" else int(trimmed)
-        except (ValueError, AttributeError):
-            raise InvalidConfigError(f"Not a number of type {kind}") from None
-        if kind in _JAVA_RANGE and not _JAVA_RANGE[kind][0] <= value <= _JAVA_RANGE[kind][1]:
+        value = javanum.parse_double(text) if kind == "DOUBLE" else javanum.parse_integer(text, kind)
+        if value is None:
             raise InvalidConfigError(f"Not a number of type {kind}")
         if value < minimum:
-            raise InvalidConfigError(f"Value must be at least {minimum}", str(value))
+            raise InvalidConfigError(f"Value must be at least {minimum}", javanum.java_str(value))
         if maximum is not None and value > maximum:
-            raise InvalidConfigError(f"Value must be no more than {maximum}", str(value))
+            raise InvalidConfigError(f"Value must be no more than {maximum}", javanum.java_str(value))
         return value
 
     return parse
@@ -229,7 +222,9 @@ class LogConfig:
         """Typed config from ``overrides``; raises ``InvalidConfigError`` if ``validate``.
 
         With ``validate=False`` (configs that already passed the catalog) bounds
-        are not enforced, so tests may use tiny segments; unknown keys are ignored.
+        are not enforced, so tests may use tiny segments; unknown keys are ignored, and a
+        value an older rafka accepted but this one cannot read takes the default: a log
+        being replayed must never fail on its configs.
         """
         values: dict[str, Any] = {}
         for name, text in (overrides or {}).items():
@@ -243,9 +238,12 @@ class LogConfig:
             try:
                 value = spec.parse(text)
             except InvalidConfigError as exc:
-                if validate or spec.type not in _UNCHECKED:
+                if validate:
                     raise InvalidConfigError(f"Invalid value {exc.value or text} for configuration {name}: {exc}") from None
-                value = _UNCHECKED[spec.type](text)
+                try:
+                    value = _UNCHECKED[spec.type](text)
+                except (KeyError, ValueError):
+                    continue
             if spec.attribute is not None:
                 values[spec.attribute] = value
         config = cls(**values)
