@@ -204,3 +204,24 @@ def test_admin_list_describe_delete_groups_and_offsets(rafka: Rafka) -> None:
     admin.delete_consumer_groups([group])[group].result(timeout=10)
     listed = admin.list_consumer_groups().result(timeout=10)
     assert group not in {g.group_id for g in listed.valid}
+
+
+def test_list_groups_while_a_shard_is_down_is_a_retriable_load_in_progress(fresh_rafka: Rafka) -> None:
+    """A shard that is down holds some groups: ListGroups and ListTransactions cannot list them
+    all, so they answer COORDINATOR_LOAD_IN_PROGRESS (14), as Kafka does while a coordinator
+    partition loads, which admin clients retry; NOT_COORDINATOR (16) made kafka-python give up."""
+    from tests.rawclient import RawClient
+
+    def listed() -> tuple[int, int]:
+        with RawClient("127.0.0.1", fresh_rafka.port, timeout=10) as c:
+            return (c.request(16, 4, {"states_filter": []})["error_code"],
+                    c.request(66, 0, {"state_filters": [], "producer_id_filters": []})["error_code"])
+
+    assert listed() == (0, 0)
+    pid = fresh_rafka.children()["rafka-shard-1"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: listed() == (14, 14), 15, "ListGroups and ListTransactions answer 14 once the shard is down")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: listed() == (0, 0), 15, "both answer again once the shard is back")

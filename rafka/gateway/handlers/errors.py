@@ -47,9 +47,9 @@ def coordinator_error(exc: BaseException) -> int:
     return Err.UNKNOWN_SERVER_ERROR
 
 
-def catalogue_error(exc: BaseException, retriable: int = Err.LEADER_NOT_AVAILABLE) -> int:
-    """A topic error for a failed call to the catalogue's shard: ``retriable`` when the shard is
-    down or loading, UNKNOWN_SERVER_ERROR for anything else."""
+def shard_down_error(exc: BaseException, retriable: int = Err.LEADER_NOT_AVAILABLE) -> int:
+    """The error for a failed call to a shard: ``retriable`` when the shard is down or loading,
+    UNKNOWN_SERVER_ERROR for anything else."""
     if isinstance(exc, (ShardLoading, ShardUnavailable)):
         return retriable
     return Err.UNKNOWN_SERVER_ERROR

@@ -20,7 +20,7 @@ from typing import Any
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.consumer_groups import resolve_topics
-from rafka.gateway.handlers.errors import Err, coordinator_error
+from rafka.gateway.handlers.errors import Err, coordinator_error, shard_down_error
 from rafka.gateway.handlers.topics import group_call, known_partitions, with_refused
 from rafka.rail import Op
 
@@ -163,11 +163,12 @@ async def list_groups(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any
     error = 0
     for r in results:
         if isinstance(r, BaseException):
-            error = coordinator_error(r)
+            # a shard that is down or restarting is a coordinator still loading: Kafka fails the
+            # whole request with the retriable COORDINATOR_LOAD_IN_PROGRESS then
+            error = shard_down_error(r, Err.COORDINATOR_LOAD_IN_PROGRESS)
             continue
         groups.extend(r.get("groups", []))
     if error:
-        # Kafka fails the whole request when a coordinator is not available
         return {"error_code": error, "groups": []}
     groups.sort(key=lambda g: g["group_id"])
     return {"throttle_time": 0, "error_code": 0, "groups": groups}

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
-from rafka.gateway.handlers.errors import Err, catalogue_error
+from rafka.gateway.handlers.errors import Err, shard_down_error
 from rafka.gateway.handlers.topics import catalog_call, topic_cache
 from rafka.rail import Op
 
@@ -31,7 +31,7 @@ async def _partition_counts(ctx: RequestContext, names: list[str]) -> dict[str, 
         infos = await topic_cache(ctx).lookup(ctx, names, False)
     except Exception as exc:
         log.warning("topic catalogue unavailable: %r", exc)
-        return catalogue_error(exc)
+        return shard_down_error(exc)
     return {name: info["partitions"] for name, info in infos.items() if info is not None}
 
 
@@ -49,7 +49,7 @@ async def elect_leaders(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
             listed = await catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False})
         except Exception as exc:
             log.warning("elect leaders: topic catalogue unavailable: %r", exc)
-            return _elect_refused(None, catalogue_error(exc), None)
+            return _elect_refused(None, shard_down_error(exc), None)
         return {"throttle_time": 0, "error_code": 0, "replica_election_results": [
             {"topic": t["name"], "partition_result": []} for t in listed["topics"] if not t.get("error_code")]}
     counts = await _partition_counts(ctx, [t["topic"] for t in requested])

@@ -20,7 +20,7 @@ from typing import Any
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
-from rafka.gateway.handlers.errors import Err, catalogue_error
+from rafka.gateway.handlers.errors import Err, shard_down_error
 from rafka.gateway.handlers.kafka import CLUSTER_ID, broker
 from rafka.protocol.records import LEADER_EPOCH
 from rafka.rail import Op
@@ -91,7 +91,7 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
                 topics.append(_topic_entry(ctx, found, operations))
     except Exception as exc:
         log.warning("metadata: topic catalogue unavailable: %r", exc)
-        code = catalogue_error(exc)
+        code = shard_down_error(exc)
         topics = [{"error_code": code, "name": n, "topic_id": uuid.UUID(int=0), "partitions": []}
                   for n in (names or [])]
     return {"throttle_time": 0, "brokers": [broker(ctx)], "cluster_id": CLUSTER_ID,
@@ -274,7 +274,7 @@ async def create_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     try:
         resp = await catalog_call(ctx, Op.CREATE_TOPIC, payload) if wanted else {"topics": []}
     except Exception as exc:
-        code = catalogue_error(exc, Err.REQUEST_TIMED_OUT)
+        code = shard_down_error(exc, Err.REQUEST_TIMED_OUT)
         return {"topics": [{"name": t["name"], "error_code": code, "error_message": str(exc)} for t in req["topics"]]}
     answers = {t["name"]: t for t in resp["topics"]}
     resp["topics"] = [answers.get(name) or {"name": name, "error_code": refused[name][0], "error_message": refused[name][1]}
@@ -321,7 +321,7 @@ async def delete_topics(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     try:
         resp = await catalog_call(ctx, Op.DELETE_TOPIC, {"topics": wanted})
     except Exception as exc:
-        code = catalogue_error(exc, Err.REQUEST_TIMED_OUT)
+        code = shard_down_error(exc, Err.REQUEST_TIMED_OUT)
         return {"responses": [{"name": t["name"], "error_code": code} for t in wanted]}
     topic_cache(ctx).invalidate(ctx.org_id)
     router = ctx.gateway.router
@@ -379,7 +379,7 @@ async def create_partitions(ctx: RequestContext, req: dict[str, Any]) -> dict[st
     try:
         resp = await catalog_call(ctx, Op.CREATE_PARTITIONS, payload)
     except Exception as exc:
-        code = catalogue_error(exc, Err.REQUEST_TIMED_OUT)
+        code = shard_down_error(exc, Err.REQUEST_TIMED_OUT)
         return {"results": [{"name": t["name"], "error_code": code} for t in req["topics"]]}
     topic_cache(ctx).invalidate(ctx.org_id)
     return {"throttle_time": 0, "results": resp["topics"]}

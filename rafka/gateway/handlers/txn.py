@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
-from rafka.gateway.handlers.errors import Err, coordinator_error, partition_error
+from rafka.gateway.handlers.errors import Err, coordinator_error, partition_error, shard_down_error
 from rafka.gateway.handlers.topics import group_call, known_partitions, topic_cache, with_refused
 from rafka.gateway.txn import complete_transaction
 from rafka.rail import Op
@@ -220,8 +220,8 @@ async def list_transactions(ctx: RequestContext, req: dict[str, Any]) -> dict[st
     out: list[dict[str, Any]] = []
     error = 0
     for res in results:
-        if isinstance(res, BaseException):
-            error = coordinator_error(res)
+        if isinstance(res, BaseException):  # as a transaction log partition still loading
+            error = shard_down_error(res, Err.COORDINATOR_LOAD_IN_PROGRESS)
         else:
             out.extend(res["transaction_states"])
     return {"throttle_time": 0, "error_code": error,
