@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import struct
 import subprocess
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from crc32c import crc32c
 
+from rafka import ids
 from tests.integration.clients import create_topic
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
@@ -484,3 +488,46 @@ def test_create_topics_with_a_manual_replica_assignment(rafka: Rafka) -> None:
     assert create([(0, [0]), (2, [0])])["error_code"] == 39  # not 0, 1, ...
     assert create([(0, [0, 0])])["error_code"] == 39
     assert create([(0, [0])], partitions=1)["error_code"] == 42  # a count as well as an assignment
+
+
+def test_the_catalogues_shard_down_stops_neither_other_partitions_nor_pattern_subscribers(tmp_path: Path) -> None:
+    """While the shard holding the topic catalogue is down, the gateway answers from its last
+    known metadata, as a Kafka broker serves its metadata cache: produce to partitions on the
+    other shard goes on, and a pattern subscriber does not see its topics vanish (it used to
+    lose every partition, and every produce waited for the shard)."""
+    broker = Rafka(tmp_path / "data", shards=2).start()
+    try:
+        topic = _name("pat")
+        create_topic(broker.bootstrap, topic, 4)
+        catalogue = ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, "\0topics"), 2)
+        live = [p for p in range(4) if ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, topic, p), 2)
+                != catalogue]
+        assert live, "some partition of the topic is on the other shard"
+        events: list[tuple[str, int]] = []
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("g"),
+                      "topic.metadata.refresh.interval.ms": 500})
+        c.subscribe([f"^{topic}$|^{topic}-.*"], on_assign=lambda _c, ps: events.append(("assign", len(ps))),
+                    on_revoke=lambda _c, ps: events.append(("revoke", len(ps))))
+        deadline = time.monotonic() + 20
+        while events != [("assign", 4)] and time.monotonic() < deadline:
+            c.poll(0.1)
+        assert events == [("assign", 4)]
+        p = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 30000})
+        acked: list[float] = []
+        pid = broker.children()[f"rafka-shard-{catalogue}"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            stopped = time.monotonic()
+            p.produce(topic, b"v", partition=live[0], on_delivery=lambda e, _m: e or acked.append(time.monotonic()))
+            while not acked and time.monotonic() - stopped < 8:
+                p.poll(0.1)
+                c.poll(0.1)
+            for _ in range(20):  # several metadata refreshes of the pattern subscriber
+                c.poll(0.1)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert acked, "a record for a partition on the live shard was acknowledged while the catalogue was down"
+        assert events == [("assign", 4)], "the pattern subscriber kept its partitions"
+        c.close()
+    finally:
+        broker.stop()

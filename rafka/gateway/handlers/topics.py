@@ -79,7 +79,17 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     try:
         topics = []
         if names is None or names:
-            resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
+            try:
+                resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
+            except Exception:
+                known = topic_cache(ctx).last_known(ctx.org_id, names)
+                if known is None:
+                    raise
+                log.warning("metadata: topic catalogue unavailable, answering from the gateway's cache")
+                resp = {"topics": known}
+            else:
+                if names is None:
+                    topic_cache(ctx).listed(ctx.org_id, resp["topics"])
             topics = [_topic_entry(ctx, t, operations) for t in resp["topics"]]
         for topic_id in by_id:
             found = await topic_cache(ctx).by_id(ctx, str(topic_id))
@@ -107,12 +117,19 @@ class TopicCache:
     is seen by every other within that time; a miss asks the catalogue at once.
     Expired entries are dropped whenever the cache has doubled since the last purge,
     so topics deleted (or created again under new ids) do not pile up.
+
+    While the catalogue's shard is down, the last known entries are served instead, as a
+    Kafka broker keeps serving its metadata cache: producers and consumers of partitions
+    on the other shards carry on, and a listing of every topic (``listing``) does not come
+    back empty, which would make pattern subscribers drop their partitions. A partition
+    refuses an op from a stale entry of a deleted topic anyway (its incarnation).
     """
 
     def __init__(self, ttl: float = 1.0) -> None:
         self.ttl = ttl
         self._by_name: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._by_id: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._listings: dict[str, list[str]] = {}  # org -> names of its last full listing
         self._purge_at = 1024
 
     def invalidate(self, org_id: str, names: set[str] | None = None) -> None:
@@ -136,11 +153,37 @@ class TopicCache:
                 missing.append(n)
         if missing:
             payload = {"names": missing, "auto_create": auto_create, "default_partitions": ctx.gateway.config.default_partitions}
-            resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
+            try:
+                resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
+            except Exception:
+                stale = [self._by_name.get((ctx.org_id, n)) for n in missing]
+                if not all(stale):
+                    raise
+                return {**out, **{n: hit[1] for n, hit in zip(missing, stale) if hit}}
             for t in resp["topics"]:
                 self._store(ctx.org_id, t, now)
                 out[t["name"]] = t if not t.get("error_code") else None
         return out
+
+    def listed(self, org_id: str, topics: list[dict[str, Any]]) -> None:
+        """Remember a full listing of the organisation's topics (Metadata for every topic)."""
+        import time
+
+        now = time.monotonic()
+        for t in topics:
+            self._store(org_id, t, now)
+        self._listings[org_id] = [t["name"] for t in topics if not t.get("error_code")]
+
+    def last_known(self, org_id: str, names: list[str] | None) -> list[dict[str, Any]] | None:
+        """The last known entries of ``names`` (None: of the last full listing), for when the
+        catalogue cannot answer; None if any is unknown."""
+        wanted = self._listings.get(org_id) if names is None else names
+        if wanted is None:
+            return None
+        hits = [self._by_name.get((org_id, n)) for n in wanted]
+        if names is not None and not all(hits):
+            return None
+        return [hit[1] for hit in hits if hit]
 
     async def by_id(self, ctx: RequestContext, topic_id: str) -> dict[str, Any] | None:
         """Topic info by id (refreshes the whole organisation's list on a miss)."""
@@ -150,9 +193,13 @@ class TopicCache:
         hit = self._by_id.get((ctx.org_id, topic_id))
         if hit and hit[0] > now:
             return hit[1]
-        resp = await catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False})
-        for t in resp["topics"]:
-            self._store(ctx.org_id, t, now)
+        try:
+            resp = await catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False})
+        except Exception:
+            if hit:  # the catalogue's shard is down: the last known entry
+                return hit[1]
+            raise
+        self.listed(ctx.org_id, resp["topics"])
         hit = self._by_id.get((ctx.org_id, topic_id))
         return hit[1] if hit else None
 
