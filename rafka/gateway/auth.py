@@ -12,8 +12,13 @@ users when a reload (SIGHUP) fails. An exchange (``new_exchange``) is a small
 state machine fed with client tokens: PLAIN finishes in one step (RFC 4616,
 constant-time password compare); SCRAM (RFC 5802, RFC 7677) answers client-first
 with server-first (combined nonce, salt, iterations), checks the client proof
-in client-final and answers ``v=<server signature>``. Failures raise
-``AuthError`` whose message is safe to send to the client. Only hashlib/hmac.
+in client-final and answers ``v=<server signature>``. Failures raise ``AuthError``;
+as in Kafka, only some messages reach the client (``shown``: those of Kafka's
+SaslAuthenticationException, e.g. PLAIN's "Invalid username or password"), the others
+(SCRAM's "Invalid user credentials" would tell which user names exist) are logged and
+the client reads Kafka's generic "... due to invalid credentials with SASL mechanism X".
+SCRAM extensions are ignored, as Kafka ignores those it does not support, except
+``tokenauth=true``: rafka has no delegation tokens. Only hashlib/hmac.
 Like Kafka, SASLprep is not applied (names and passwords are used as UTF-8), and
 SCRAM iteration counts below 4096 are refused.
 """
@@ -51,7 +56,11 @@ class UsersFileError(ValueError):
 
 
 class AuthError(Exception):
-    """Authentication failed; ``str(exc)`` may be sent to the client."""
+    """Authentication failed; ``str(exc)`` goes to the client only when ``shown``."""
+
+    def __init__(self, message: str, shown: bool = False) -> None:
+        super().__init__(message)
+        self.shown = shown
 
 
 @cache
@@ -230,17 +239,18 @@ class PlainExchange(Exchange):
         except UnicodeDecodeError:
             raise AuthError("Invalid SASL/PLAIN response: not UTF-8") from None
         if not name:
-            raise AuthError("Authentication failed: username not specified")
+            raise AuthError("Authentication failed: username not specified", shown=True)
         if not password:
-            raise AuthError("Authentication failed: password not specified")
+            raise AuthError("Authentication failed: password not specified", shown=True)
         if authzid and authzid != name:
-            raise AuthError("Authentication failed: Client requested an authorization id that is different from username")
+            raise AuthError("Authentication failed: Client requested an authorization id that is different from username",
+                            shown=True)
         user = self.users.get(name)
         expected = user.password.encode("utf-8") if user is not None and user.password is not None else None
         # compare even for an unknown user so timing does not reveal which names exist
         ok = hmac.compare_digest(password.encode("utf-8"), expected if expected is not None else _DUMMY)
         if expected is None or not ok:
-            raise AuthError("Authentication failed: Invalid username or password")
+            raise AuthError("Authentication failed: Invalid username or password", shown=True)
         self.user = user
         self.complete = True
         return b""
@@ -294,9 +304,9 @@ class ScramExchange(Exchange):
         self.nonce = ""
         self.credential: ScramCredential | None = None
 
-    def _fail(self, message: str) -> AuthError:
+    def _fail(self, message: str, shown: bool = False) -> AuthError:
         self.state = "failed"
-        return AuthError(message)
+        return AuthError(message, shown)
 
     def step(self, token: bytes) -> bytes:
         try:
@@ -309,7 +319,7 @@ class ScramExchange(Exchange):
             if self.state == "client-final":
                 return self._client_final(message)
         except AuthError as exc:
-            raise self._fail(str(exc)) from None
+            raise self._fail(str(exc), exc.shown) from None
         raise self._fail(f"Authentication failed: unexpected SCRAM message in state {self.state}")
 
     def _client_first(self, message: str) -> bytes:
@@ -333,13 +343,12 @@ class ScramExchange(Exchange):
         client_nonce = attrs[1][1]
         if not _valid_nonce(client_nonce):
             raise AuthError("Authentication failed: invalid SCRAM client nonce")
-        extensions = [p.partition("=")[0] for p in parts[2:]]  # Kafka's key=value extensions
-        if "tokenauth" in extensions:
+        extensions = dict(p.partition("=")[::2] for p in parts[2:])  # Kafka's key=value extensions
+        if extensions.get("tokenauth", "").lower() == "true":  # Boolean.parseBoolean
             raise AuthError("Authentication failed: delegation tokens are not supported")
-        if extensions:
-            raise AuthError(f"Authentication failed: unsupported SCRAM extensions {sorted(extensions)}")
         if authzid is not None and authzid != name:
-            raise AuthError("Authentication failed: Client requested an authorization id that is different from username")
+            raise AuthError("Authentication failed: Client requested an authorization id that is different from username",
+                            shown=True)
         user = self.users.get(name)
         credential = user.scram.get(self.mechanism) if user is not None else None
         if user is None or credential is None:

@@ -153,20 +153,21 @@ def test_plain_accepts_the_right_password(users: auth.Users) -> None:
     assert ex.complete
 
 
-@pytest.mark.parametrize(("token", "message"), [
-    (b"\0alice\0wrong", "Invalid username or password"),
-    (b"\0nobody\0alice-secret", "Invalid username or password"),
-    (b"\0user\0pencil", "Invalid username or password"),  # SCRAM-only user has no PLAIN password
-    (b"bob\0alice\0alice-secret", "authorization id"),
-    (b"\0alice\0", "password not specified"),
-    (b"\0\0x", "username not specified"),
-    (b"alice\0alice-secret", "expected 3 tokens"),
-    (b"\0alice\0\xff", "UTF-8"),
+@pytest.mark.parametrize(("token", "message", "shown"), [
+    (b"\0alice\0wrong", "Invalid username or password", True),
+    (b"\0nobody\0alice-secret", "Invalid username or password", True),
+    (b"\0user\0pencil", "Invalid username or password", True),  # SCRAM-only user has no PLAIN password
+    (b"bob\0alice\0alice-secret", "authorization id", True),
+    (b"\0alice\0", "password not specified", True),
+    (b"\0\0x", "username not specified", True),
+    (b"alice\0alice-secret", "expected 3 tokens", False),  # Kafka: a SaslException, not shown
+    (b"\0alice\0\xff", "UTF-8", False),
 ])
-def test_plain_rejects(users: auth.Users, token: bytes, message: str) -> None:
+def test_plain_rejects(users: auth.Users, token: bytes, message: str, shown: bool) -> None:
     ex = auth.new_exchange("PLAIN", users)
-    with pytest.raises(auth.AuthError, match=message):
+    with pytest.raises(auth.AuthError, match=message) as raised:
         ex.step(token)
+    assert raised.value.shown is shown
     assert not ex.complete and ex.user is None
 
 
@@ -217,16 +218,18 @@ def test_scram_rejections(users: auth.Users) -> None:
     def first(msg: bytes, mechanism: str = "SCRAM-SHA-256") -> None:
         auth.new_exchange(mechanism, users).step(msg)
 
-    with pytest.raises(auth.AuthError, match="Invalid user credentials"):
+    with pytest.raises(auth.AuthError, match="Invalid user credentials") as raised:
         first(b"n,,n=nobody,r=abc")
+    assert not raised.value.shown, "the client must not learn which user names exist"
     with pytest.raises(auth.AuthError, match="Invalid user credentials"):
         first(b"n,,n=user,r=abc", "SCRAM-SHA-512")  # the RFC user only has SHA-256 credentials
     with pytest.raises(auth.AuthError, match="channel binding"):
         first(b"p=tls-unique,,n=alice,r=abc")
     with pytest.raises(auth.AuthError, match="delegation tokens"):
-        first(b"n,,n=alice,r=abc,tokenauth=true")
-    with pytest.raises(auth.AuthError, match="authorization id"):
+        first(b"n,,n=alice,r=abc,tokenauth=TRUE")
+    with pytest.raises(auth.AuthError, match="authorization id") as raised:
         first(b"n,a=bob,n=alice,r=abc")
+    assert raised.value.shown  # Kafka's SaslAuthenticationException
     with pytest.raises(auth.AuthError):
         first(b"garbage")
     with pytest.raises(auth.AuthError):
@@ -242,6 +245,17 @@ def test_scram_rejections(users: auth.Users) -> None:
     sf = ex.step(client.first())
     with pytest.raises(auth.AuthError, match="channel binding"):
         ex.step(client.final(sf).replace(b"c=biws", b"c=eSws"))
+
+
+def test_scram_extensions_are_ignored_as_kafka_ignores_unsupported_ones(users: auth.Users) -> None:
+    for extensions in (",traceid=abc", ",tokenauth=false", ",tokenauth=false,x=1"):
+        client = ScramClient("sha256", "alice", "alice-secret")
+        ex = auth.new_exchange("SCRAM-SHA-256", users)
+        first = client.first() + extensions.encode()
+        sf = ex.step(first)
+        client.first_bare = first.decode()[3:]  # the client signs what it sent
+        assert client.verify(ex.step(client.final(sf)))
+        assert ex.complete and ex.user is not None and ex.user.name == "alice"
 
 
 def test_unknown_mechanism() -> None:

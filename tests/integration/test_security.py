@@ -236,6 +236,22 @@ def test_wrong_password_fails_authentication(secure: SecureRafka, mechanism: str
     assert "Authentication failed" in " ".join(str(e) for e in errors)
 
 
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_failures_do_not_tell_which_users_exist(secure: SecureRafka, mechanism: str) -> None:
+    """Kafka answers every SCRAM credential failure with one generic message; rafka used to say
+    "Invalid user credentials" for an unknown name and "Invalid client credentials" otherwise."""
+    seen = []
+    for user in ("alice", "nobody-at-all"):
+        errors: list[KafkaError] = []
+        p = Producer(conf(secure, user, "not-the-password", mechanism, error_cb=errors.append))
+        deadline = time.monotonic() + 10
+        while not any(e.code() == KafkaError._AUTHENTICATION for e in errors) and time.monotonic() < deadline:
+            p.poll(0.1)
+        seen.append(next((str(e) for e in errors if e.code() == KafkaError._AUTHENTICATION), ""))
+    generic = f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
+    assert all(generic in text for text in seen), seen
+
+
 def test_request_without_authentication_is_closed(secure: SecureRafka) -> None:
     with RawClient("127.0.0.1", secure.port, timeout=5) as c:
         c.send_raw(c.encode(3, 12, {"topics": None, "allow_auto_topic_creation": True}))

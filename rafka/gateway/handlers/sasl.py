@@ -92,7 +92,11 @@ def _step(conn: KafkaConnection, token: bytes) -> tuple[bytes | None, str | None
         reply = exchange.step(token)
     except auth.AuthError as exc:
         _fail(conn, mechanism, str(exc))
-        return None, str(exc)
+        if exc.shown:
+            return None, str(exc)
+        # Kafka's SaslServerAuthenticator: the SaslException's own text may reveal which users exist
+        during = "re-authentication" if state.authenticated else "authentication"
+        return None, f"Authentication failed during {during} due to invalid credentials with SASL mechanism {mechanism}"
     if not exchange.complete:
         return reply, None
     user = exchange.user
