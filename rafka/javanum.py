@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from decimal import Decimal
 
 _JAVA_WHITESPACE = "".join(map(chr, range(0x21)))
@@ -34,7 +35,11 @@ def parse_integer(text: str, kind: str) -> int | None:
     trimmed = java_trim(text)
     if not _INTEGER.fullmatch(trimmed):
         return None
-    value = int(trimmed)
+    sign = trimmed[0] if trimmed[0] in "+-" else ""
+    digits = "".join(str(unicodedata.decimal(c)) for c in trimmed[len(sign):]).lstrip("0") or "0"
+    if len(digits) > 20:  # past any LONG (and Python's int() refuses over 4,300 digits)
+        return None
+    value = int(sign + digits)
     limit = 1 << (BITS[kind] - 1)
     return value if -limit <= value < limit else None
 
@@ -49,7 +54,10 @@ def parse_double(text: str) -> float | None:
     if match["special"]:
         value = math.nan if match["special"] == "NaN" else math.inf
     elif match["hex"]:
-        value = float.fromhex(match["hex"])
+        try:
+            value = float.fromhex(match["hex"])
+        except OverflowError:  # Java rounds to Infinity
+            value = math.inf
     else:
         value = float(match["dec"])
     return -value if negative else value

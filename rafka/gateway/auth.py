@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import tomllib
 from functools import cache
@@ -242,15 +243,15 @@ class PlainExchange(Exchange):
             raise AuthError("Authentication failed: username not specified", shown=True)
         if not password:
             raise AuthError("Authentication failed: password not specified", shown=True)
-        if authzid and authzid != name:
-            raise AuthError("Authentication failed: Client requested an authorization id that is different from username",
-                            shown=True)
         user = self.users.get(name)
         expected = user.password.encode("utf-8") if user is not None and user.password is not None else None
         # compare even for an unknown user so timing does not reveal which names exist
         ok = hmac.compare_digest(password.encode("utf-8"), expected if expected is not None else _DUMMY)
         if expected is None or not ok:
             raise AuthError("Authentication failed: Invalid username or password", shown=True)
+        if authzid and authzid != name:  # checked after the password, as Kafka's PlainSaslServer
+            raise AuthError("Authentication failed: Client requested an authorization id that is different from username",
+                            shown=True)
         self.user = user
         self.complete = True
         return b""
@@ -283,6 +284,9 @@ def _saslname(value: str) -> str:
             out.append(ch)
             i += 1
     return "".join(out)
+
+
+_EXTENSION = re.compile(r"[A-Za-z]+=[\x01-\x2b\x2d-\x7f]*")  # key=value, no comma
 
 
 def _valid_nonce(nonce: str) -> bool:
@@ -343,7 +347,9 @@ class ScramExchange(Exchange):
         client_nonce = attrs[1][1]
         if not _valid_nonce(client_nonce):
             raise AuthError("Authentication failed: invalid SCRAM client nonce")
-        extensions = dict(p.partition("=")[::2] for p in parts[2:])  # Kafka's key=value extensions
+        if any(not _EXTENSION.fullmatch(p) for p in parts[2:]):  # Kafka's ClientFirstMessage pattern
+            raise AuthError("Authentication failed: invalid SCRAM client-first message")
+        extensions = dict(p.partition("=")[::2] for p in parts[2:])
         if extensions.get("tokenauth", "").lower() == "true":  # Boolean.parseBoolean
             raise AuthError("Authentication failed: delegation tokens are not supported")
         if authzid is not None and authzid != name:

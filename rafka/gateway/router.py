@@ -52,6 +52,10 @@ class ShardLoading(ShardUnavailable):
     """The owning shard is replaying its log."""
 
 
+class ShardFailed(Exception):
+    """The shard ran the op and it raised: a bug, not an outage (Kafka's UNKNOWN_SERVER_ERROR)."""
+
+
 class _Shard:
     __slots__ = (
         "alive",
@@ -219,7 +223,7 @@ class ShardRouter:
             elif status == Status.LOADING:
                 fut.set_exception(ShardLoading(f"shard {s.index} is loading"))
             else:
-                fut.set_exception(ShardUnavailable(f"shard {s.index} failed the op: {payload}"))
+                fut.set_exception(ShardFailed(f"shard {s.index} failed the op: {payload}"))
 
     def _on_pong(self, s: _Shard, ping_id: int, payload: Any) -> None:
         sent_at = s.ping_sent.pop(ping_id, None)

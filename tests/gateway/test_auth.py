@@ -158,6 +158,7 @@ def test_plain_accepts_the_right_password(users: auth.Users) -> None:
     (b"\0nobody\0alice-secret", "Invalid username or password", True),
     (b"\0user\0pencil", "Invalid username or password", True),  # SCRAM-only user has no PLAIN password
     (b"bob\0alice\0alice-secret", "authorization id", True),
+    (b"bob\0alice\0wrong", "Invalid username or password", True),  # the password is checked first
     (b"\0alice\0", "password not specified", True),
     (b"\0\0x", "username not specified", True),
     (b"alice\0alice-secret", "expected 3 tokens", False),  # Kafka: a SaslException, not shown
@@ -248,6 +249,10 @@ def test_scram_rejections(users: auth.Users) -> None:
 
 
 def test_scram_extensions_are_ignored_as_kafka_ignores_unsupported_ones(users: auth.Users) -> None:
+    for bad in (b"n,,n=alice,r=abc,x", b"n,,n=alice,r=abc,", b"n,,n=alice,r=abc,1=2"):
+        with pytest.raises(auth.AuthError, match="client-first") as raised:
+            auth.new_exchange("SCRAM-SHA-256", users).step(bad)
+        assert not raised.value.shown
     for extensions in (",traceid=abc", ",tokenauth=false", ",tokenauth=false,x=1"):
         client = ScramClient("sha256", "alice", "alice-secret")
         ex = auth.new_exchange("SCRAM-SHA-256", users)

@@ -60,3 +60,25 @@ def test_commits_go_ahead_unchecked_while_the_catalogue_cannot_answer() -> None:
                        {"name": "gone", "partitions": [{"partition_index": 0, "error_code": 3}]}]
     down = SimpleNamespace(org_id="o", gateway=SimpleNamespace(topic_cache=Cache(None)))
     assert asyncio.run(known_partitions(down, topics)) == (topics, [])  # type: ignore[arg-type]
+
+
+def test_the_last_listing_survives_invalidation_and_purges_and_learns_deletions() -> None:
+    """What Metadata for every topic answers while the catalogue's shard is down: the last full
+    listing, kept current by later lookups, not emptied by an invalidation or a purge (an empty
+    answer makes pattern subscribers drop their partitions)."""
+    cache = TopicCache(ttl=0)
+    assert cache.last_known("o", None) is None, "no listing yet: nothing to repeat"
+    cache.listed("o", [{"name": f"t{i}", "topic_id": f"id-{i}", "partitions": 1} for i in range(600)])
+    cache.invalidate("o")
+    for i in range(5000):  # another organisation's churn purges every expired entry
+        cache._store("p", {"name": f"x{i}", "topic_id": f"px-{i}", "partitions": 1}, now=10.0 + i)
+    assert len(cache.last_known("o", None) or []) == 600
+    assert [t["name"] for t in cache.last_known("o", ["t5", "t7"]) or []] == ["t5", "t7"]
+    assert cache.last_known("o", ["t5", "never"]) is None, "a name never seen is not made up"
+    cache._store("o", {"name": "t5", "topic_id": None, "partitions": 0, "error_code": 3}, now=20_000.0)
+    cache._store("o", {"name": "new", "topic_id": "id-new", "partitions": 2}, now=20_000.0)
+    names = {t["name"] for t in cache.last_known("o", None) or []}
+    assert "t5" not in names and "new" in names and len(names) == 600
+    cache.listed("o", [{"name": "t1", "topic_id": "id-1", "partitions": 1}])  # the rest deleted elsewhere
+    assert [t["name"] for t in cache.last_known("o", None) or []] == ["t1"]
+    assert ("o", "id-2") not in cache._by_id and ("o", "t2") not in cache._by_name

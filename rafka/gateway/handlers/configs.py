@@ -38,7 +38,7 @@ INT64_MAX = 2**63 - 1
 # server.properties entry; the others as DEFAULT_CONFIG.
 BROKER_CONFIGS: dict[str, tuple[Callable[[Any], str], str | None]] = {
     "auto.create.topics.enable": (lambda c: str(c.auto_create_topics).lower(), "true"),
-    "broker.id": (lambda c: str(c.node_id), None),
+    "broker.id": (lambda c: str(c.node_id), "-1"),
     "node.id": (lambda c: str(c.node_id), None),
     "num.partitions": (lambda c: str(c.default_partitions), "1"),
     "default.replication.factor": (lambda c: "1", "1"),

@@ -23,8 +23,9 @@ import re2
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
-from rafka.gateway.handlers.errors import Err, coordinator_error
+from rafka.gateway.handlers.errors import coordinator_error
 from rafka.gateway.handlers.topics import catalog_call, topic_cache
+from rafka.gateway.router import ShardUnavailable
 from rafka.rail import Op
 
 INVALID_REGULAR_EXPRESSION = 128
@@ -123,9 +124,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict[str, Any]) -> 
             for n in wanted:
                 t = found.get(n)
                 topics[n] = {"topic_id": t.get("topic_id"), "partitions": t.get("partitions", 0)} if t else None
-    except Exception as exc:  # catalogue unavailable: the shard keeps its last known metadata
-        if not coordinator_error(exc):
-            raise
+    except ShardUnavailable:  # catalogue unavailable: the shard keeps its last known metadata
         topics, regex_topics = {}, {}
     payload["topics"] = {n: v for n, v in topics.items() if v is None or v.get("topic_id")}
     payload["regex_topics"] = regex_topics
@@ -141,7 +140,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict[str, Any]) -> 
                                      ctx.org_id, payload, ctx.trace)
             resp.pop("need_topics", None)
     except Exception as exc:
-        return _error(coordinator_error(exc) or Err.UNKNOWN_SERVER_ERROR, None, req.get("member_id"))
+        return _error(coordinator_error(exc), None, req.get("member_id"))
     subscribed = resp.pop("subscribed", None)
     if subscribed is not None:
         _subscriptions(ctx)[(ctx.org_id, group_id)] = subscribed
@@ -163,7 +162,7 @@ async def consumer_group_describe(ctx: RequestContext, req: dict[str, Any]) -> d
                 router.shard_for_group(ctx.org_id, group_id), Op.CONSUMER_GROUP_DESCRIBE, ctx.org_id,
                 {"group_id": group_id, "api_version": ctx.api_version}, ctx.trace)
         except Exception as exc:
-            return {"error_code": coordinator_error(exc) or Err.UNKNOWN_SERVER_ERROR, "group_id": group_id,
+            return {"error_code": coordinator_error(exc), "group_id": group_id,
                     "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
                     "members": [], "authorized_operations": acl.OMITTED}
         if not resp.get("error_code"):

@@ -4,10 +4,12 @@ Version notes:
 - Produce 3–11: one v2 record batch per partition; acks=0 gets no response; zstd
   batches below v7 get UNSUPPORTED_COMPRESSION_TYPE, as in Kafka (KIP-110).
 - Fetch 4–17: v13+ names topics by id; a fetch spanning several shards parks on
-  each shard with its share of min_bytes, and when the first one answers with
-  data or an error the gateway cancels the others, so a record produced during
-  the wait is delivered at once, not after max_wait; the merged answer is held to
-  the one max_bytes. A fetch of nothing is answered at once. No incremental fetch
+  each shard with its share of min_bytes; once the answers hold min_bytes (or
+  one has an error) the gateway cancels the others, and while they hold less the
+  shards still waiting share what is left (FETCH_RETARGET), so the fetch is
+  answered as soon as the whole has min_bytes, never below it before max_wait;
+  the merged answer is held to the one max_bytes. A fetch of nothing is answered
+  at once. No incremental fetch
   sessions: session_id 0 tells clients so.
 - ListOffsets 1–9 (under read_committed "latest" is the last stable offset, and
   a timestamp lookup finds nothing at or past it), DeleteRecords 0–2,
@@ -224,7 +226,7 @@ async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra:
         by_shard.setdefault(router.shard_for_partition(ctx.org_id, p["topic"], p["partition"]), []).append(p)
     fetch_id = f"{_gateway_tag}:{next(_fetch_ids)}"
     min_bytes = extra["min_bytes"]
-    share = {**extra, "fetch_id": fetch_id, "min_bytes": max(1, min_bytes // len(by_shard)) if min_bytes > 0 else 0}
+    share = {**extra, "fetch_id": fetch_id, "min_bytes": max(1, -(-min_bytes // len(by_shard))) if min_bytes > 0 else 0}
     futs = {router.call(s, Op.FETCH, ctx.org_id, {**share, "partitions": ps}, ctx.trace): s
             for s, ps in by_shard.items()}
     deadline = loop.time() + extra["max_wait_ms"] / 1000 + FETCH_SLACK
@@ -250,7 +252,7 @@ async def _parked_fetch(ctx: RequestContext, parts: list[dict[str, Any]], extra:
             for f in pending:
                 cancel(futs[f])
         elif answered:
-            left = {"fetch_id": fetch_id, "min_bytes": max(1, (min_bytes - answered) // len(pending))}
+            left = {"fetch_id": fetch_id, "min_bytes": max(1, -(-(min_bytes - answered) // len(pending)))}
             for f in pending:
                 _quietly(router.call(futs[f], Op.FETCH_RETARGET, ctx.org_id, left, ctx.trace))
     out: dict[tuple[str, int], dict[str, Any]] = {}

@@ -22,6 +22,7 @@ from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.consumer_groups import resolve_topics
 from rafka.gateway.handlers.errors import Err, coordinator_error, shard_down_error
 from rafka.gateway.handlers.topics import group_call, known_partitions, with_refused
+from rafka.gateway.router import ShardUnavailable
 from rafka.rail import Op
 
 
@@ -46,9 +47,7 @@ async def join_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]
         try:
             req["topics"] = await resolve_topics(ctx, need)
             req["topics_resolved"] = True
-        except Exception as exc:
-            if not coordinator_error(exc):
-                raise
+        except ShardUnavailable:
             req["topics_resolved"] = True  # join with the group's last known metadata
         resp, err = await _call_or_error(ctx, Op.JOIN_GROUP, req["group_id"], req)
         if resp is not None:

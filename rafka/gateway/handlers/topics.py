@@ -22,6 +22,7 @@ from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.errors import Err, shard_down_error
 from rafka.gateway.handlers.kafka import CLUSTER_ID, broker
+from rafka.gateway.router import ShardUnavailable
 from rafka.protocol.records import LEADER_EPOCH
 from rafka.rail import Op
 
@@ -81,7 +82,7 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
         if names is None or names:
             try:
                 resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
-            except Exception:
+            except ShardUnavailable:
                 known = topic_cache(ctx).last_known(ctx.org_id, names)
                 if known is None:
                     raise
@@ -129,7 +130,7 @@ class TopicCache:
         self.ttl = ttl
         self._by_name: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._by_id: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
-        self._listings: dict[str, list[str]] = {}  # org -> names of its last full listing
+        self._listings: dict[str, dict[str, dict[str, Any]]] = {}  # org -> its last full listing, kept current
         self._purge_at = 1024
 
     def invalidate(self, org_id: str, names: set[str] | None = None) -> None:
@@ -155,35 +156,45 @@ class TopicCache:
             payload = {"names": missing, "auto_create": auto_create, "default_partitions": ctx.gateway.config.default_partitions}
             try:
                 resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
-            except Exception:
-                stale = [self._by_name.get((ctx.org_id, n)) for n in missing]
-                if not all(stale):
+            except ShardUnavailable:
+                stale = self.last_known(ctx.org_id, missing)
+                if stale is None:
                     raise
-                return {**out, **{n: hit[1] for n, hit in zip(missing, stale) if hit}}
+                return {**out, **{t["name"]: t for t in stale}}
             for t in resp["topics"]:
                 self._store(ctx.org_id, t, now)
                 out[t["name"]] = t if not t.get("error_code") else None
         return out
 
     def listed(self, org_id: str, topics: list[dict[str, Any]]) -> None:
-        """Remember a full listing of the organisation's topics (Metadata for every topic)."""
+        """Remember a full listing of the organisation's topics (Metadata for every topic); the
+        topics the last one had and this one lacks were deleted, by whichever gateway."""
         import time
 
         now = time.monotonic()
+        listing = {t["name"]: t for t in topics if not t.get("error_code")}
+        for name in self._listings.get(org_id, {}).keys() - listing.keys():
+            hit = self._by_name.pop((org_id, name), None)
+            if hit is not None and hit[1].get("topic_id"):
+                self._by_id.pop((org_id, hit[1]["topic_id"]), None)
+        self._listings[org_id] = listing
         for t in topics:
             self._store(org_id, t, now)
-        self._listings[org_id] = [t["name"] for t in topics if not t.get("error_code")]
 
     def last_known(self, org_id: str, names: list[str] | None) -> list[dict[str, Any]] | None:
-        """The last known entries of ``names`` (None: of the last full listing), for when the
-        catalogue cannot answer; None if any is unknown."""
-        wanted = self._listings.get(org_id) if names is None else names
-        if wanted is None:
-            return None
-        hits = [self._by_name.get((org_id, n)) for n in wanted]
-        if names is not None and not all(hits):
-            return None
-        return [hit[1] for hit in hits if hit]
+        """The last known entries of ``names`` (None: the last full listing), for when the
+        catalogue cannot answer; None if one of them, or the listing, is unknown."""
+        listing = self._listings.get(org_id)
+        if names is None:
+            return None if listing is None else list(listing.values())
+        known = []
+        for n in names:
+            hit = self._by_name.get((org_id, n))
+            entry = hit[1] if hit is not None else (listing or {}).get(n)
+            if entry is None:
+                return None
+            known.append(entry)
+        return known
 
     async def by_id(self, ctx: RequestContext, topic_id: str) -> dict[str, Any] | None:
         """Topic info by id (refreshes the whole organisation's list on a miss)."""
@@ -195,7 +206,7 @@ class TopicCache:
             return hit[1]
         try:
             resp = await catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False})
-        except Exception:
+        except ShardUnavailable:
             if hit:  # the catalogue's shard is down: the last known entry
                 return hit[1]
             raise
@@ -209,9 +220,14 @@ class TopicCache:
                 for key in [k for k, (expires, _) in cache.items() if expires < now]:  # ttl 0: keep this answer
                     del cache[key]
             self._purge_at = max(1024, 2 * (len(self._by_name) + len(self._by_id)))
+        listing = self._listings.get(org_id)
         if t.get("error_code"):
             self._by_name.pop((org_id, t["name"]), None)
+            if listing is not None:
+                listing.pop(t["name"], None)
             return
+        if listing is not None:
+            listing[t["name"]] = t
         entry = (now + self.ttl, t)
         self._by_name[(org_id, t["name"])] = entry
         if t.get("topic_id"):

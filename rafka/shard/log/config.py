@@ -78,7 +78,7 @@ def _double(minimum: float, maximum: float) -> Callable[[str], float]:
 
 
 def _boolean(text: str) -> bool:
-    value = text.strip().lower()
+    value = javanum.java_trim(text).lower()
     if value not in ("true", "false"):
         raise InvalidConfigError("Expected value to be either true or false")
     return value == "true"
@@ -86,9 +86,10 @@ def _boolean(text: str) -> bool:
 
 def _one_of(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
-        if text.strip() not in choices:
+        value = javanum.java_trim(text)
+        if value not in choices:
             raise InvalidConfigError(f"String must be one of: {', '.join(choices)}")
-        return text.strip()
+        return value
 
     return parse
 
