@@ -39,6 +39,7 @@ class Config:
     tls_client_ca: str | None = None
     max_connections: int = 10_000
     idle_timeout_ms: int = 600_000
+    connections_max_reauth_ms: int = 0  # Kafka's connections.max.reauth.ms (KIP-368); 0: sessions never expire
     # groups
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000

@@ -33,6 +33,7 @@ import hmac
 import logging
 import re
 import secrets
+import time
 import tomllib
 from functools import cache
 from typing import Any
@@ -406,7 +407,7 @@ class ScramExchange(Exchange):
 class ConnectionAuth:
     """What a connection knows about its SASL identity."""
 
-    __slots__ = ("auth_count", "authenticated", "exchange", "mechanism", "org", "principal", "raw")
+    __slots__ = ("auth_count", "authenticated", "exchange", "expires", "mechanism", "org", "principal", "raw")
 
     def __init__(self, required: bool) -> None:
         self.authenticated = not required
@@ -416,8 +417,10 @@ class ConnectionAuth:
         self.exchange: Exchange | None = None  # an exchange in progress
         self.raw = False  # SaslHandshake v0: the next frames are raw SASL tokens
         self.auth_count = 0
+        self.expires: float | None = None  # time.monotonic() when the session expires (KIP-368)
 
-    def succeed(self, user: User, mechanism: str) -> None:
+    def succeed(self, user: User, mechanism: str, lifetime_ms: int = 0) -> None:
+        self.expires = time.monotonic() + lifetime_ms / 1000 if lifetime_ms > 0 else None
         self.authenticated = True
         self.principal, self.org, self.mechanism = user.name, user.org, mechanism
         self.exchange = None

@@ -356,6 +356,12 @@ class KafkaConnection(asyncio.Protocol):
             telemetry.gateway_metrics().closed_bad_input.labels("unauthenticated").inc()
             self.close()
             return
+        if state.expires is not None and state.exchange is None and time.monotonic() > state.expires:
+            # Kafka's SocketServer closes a connection whose SASL session expired (KIP-368)
+            log.info("closing connection from %s: its SASL session expired", self.peer)
+            telemetry.gateway_metrics().closed_bad_input.labels("session_expired").inc()
+            self.close()
+            return
         spec = REGISTRY.get(api_key)
         if spec is None:
             self.bad_input("api_key", f"unknown or unsupported API key {api_key}")

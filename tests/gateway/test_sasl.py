@@ -167,9 +167,42 @@ def test_pipelined_handshake_authenticate_and_request_are_handled_in_order(users
     run(main)
 
 
+def test_reauthentication_is_off_by_default_as_in_kafka(users_file: Path) -> None:
+    async def main() -> None:
+        d = Driver(make_gateway(auth_users=str(users_file)))
+        first = await plain_login(d, "alice", "alice-secret")
+        assert first is not None and first["session_lifetime"] == 0
+        hs = await d.request(17, 1, {"mechanism": "PLAIN"})  # connections.max.reauth.ms 0: no re-authentication
+        assert hs is not None and (hs["error_code"], hs["mechanisms"]) == (34, []) and not d.closed
+        assert await list_groups(d) is not None and not d.closed, "the connection goes on"
+
+    run(main)
+
+
+def test_an_expired_session_closes_the_connection_unless_re_authenticated(users_file: Path) -> None:
+    import time
+
+    async def main() -> None:
+        gw = make_gateway(auth_users=str(users_file), connections_max_reauth_ms=60_000)
+        d = Driver(gw)
+        first = await plain_login(d, "alice", "alice-secret")
+        assert first is not None and first["session_lifetime"] == 60_000
+        state = d.conn.auth
+        assert state.expires is not None and 59 < state.expires - time.monotonic() <= 60
+        state.expires = time.monotonic() + 0.5  # nearly expired: the client re-authenticates in time
+        again = await plain_login(d, "alice", "alice-secret")
+        assert again is not None and again["session_lifetime"] == 60_000 and state.auth_count == 2
+        assert state.expires - time.monotonic() > 59, "a new session"
+        assert await list_groups(d) is not None and not d.closed
+        state.expires = time.monotonic() - 0.001  # the session has expired
+        assert await list_groups(d) is None and d.closed, "closed at the first request after expiry"
+
+    run(main)
+
+
 def test_reauthentication_keeps_the_principal(users_file: Path) -> None:
     async def main() -> None:
-        gw = make_gateway(auth_users=str(users_file))
+        gw = make_gateway(auth_users=str(users_file), connections_max_reauth_ms=60_000)
         d = Driver(gw)
         await plain_login(d, "alice", "alice-secret")
         again = await plain_login(d, "alice", "alice-secret")  # KIP-368 re-authentication

@@ -364,3 +364,49 @@ def test_mutual_tls_requires_a_client_certificate(tmp_path: Path) -> None:
                 raise OSError("closed")
     finally:
         broker.stop()
+
+
+def test_sessions_expire_and_librdkafka_re_authenticates(tmp_path: Path) -> None:
+    """--connections-max-reauth-ms (Kafka's connections.max.reauth.ms, KIP-368): SaslAuthenticate
+    tells the client its session lifetime, librdkafka re-authenticates before it runs out and
+    keeps producing, and a connection that does not is closed at its first request after it."""
+    import urllib.request
+
+    broker = SecureRafka(tmp_path / "data", USERS, extra=["--connections-max-reauth-ms", "1500"]).start()
+
+    def counted(prefix: str, label: str) -> float:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5).read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(prefix + "{") and label in line)
+
+    def successes() -> float:
+        return counted("rafka_gateway_sasl_authentications_total", 'result="success"')
+
+    def expired() -> float:
+        return counted("rafka_gateway_bad_input_total", 'reason="session_expired"')
+
+    try:
+        with RawClient("127.0.0.1", broker.port, timeout=5) as c:
+            assert c.request(17, 1, {"mechanism": "PLAIN"})["error_code"] == 0
+            auth = c.request(36, 2, {"auth_bytes": b"\0alice\0alice-pw"})
+            assert (auth["error_code"], auth["session_lifetime"]) == (0, 1500)
+            time.sleep(1.7)
+            with pytest.raises((ConnectionError, OSError)):  # expired: closed, not answered
+                c.request(16, 4, {"states_filter": []})
+        assert expired() == 1
+        before = successes()
+        delivered: list[Any] = []
+        p = Producer(conf(broker, "alice", "alice-pw", "PLAIN", **{"linger.ms": 0}))
+        topic = f"reauth-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient(conf(broker, "alice", "alice-pw", "PLAIN"))
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(10)
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            p.produce(topic, b"v", on_delivery=lambda err, _m: delivered.append(err))
+            p.poll(0.2)
+        assert p.flush(10) == 0
+        assert len(delivered) > 10 and not any(delivered), delivered
+        assert successes() - before >= 4 and expired() == 1, \
+            "the client re-authenticated on its connections as sessions ran out, and none was cut off"
+    finally:
+        broker.stop()

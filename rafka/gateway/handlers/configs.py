@@ -72,6 +72,7 @@ BROKER_CONFIGS: dict[str, tuple[Callable[[Any], str], str | None]] = {
     "offsets.retention.minutes": (lambda c: str(c.offsets_retention_minutes), "10080"),
     "offsets.retention.check.interval.ms": (lambda c: str(c.offsets_retention_check_interval_ms), "600000"),
     "socket.request.max.bytes": (lambda c: str(c.max_request_bytes), "104857600"),
+    "connections.max.reauth.ms": (lambda c: str(c.connections_max_reauth_ms), "0"),
 }
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5  # DescribeConfigs config_source
 

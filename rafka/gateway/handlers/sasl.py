@@ -4,10 +4,13 @@ Version notes:
 - SaslHandshake 0–1: v1 means the tokens follow in SaslAuthenticate requests; v0
   means they follow as raw size-prefixed SASL tokens (no Kafka header), answered
   raw, and a failure just closes the connection (Kafka's legacy flow).
-- SaslAuthenticate 0–2: v1+ answers ``session_lifetime_ms`` 0, Kafka's default
-  (``connections.max.reauth.ms`` 0): the session does not expire, but a client may
-  re-authenticate (KIP-368) with a new SaslHandshake v1 + SaslAuthenticate on an
-  authenticated connection. As in Kafka, a re-authentication must keep the
+- SaslAuthenticate 0–2: v1+ answers ``session_lifetime_ms`` =
+  ``--connections-max-reauth-ms`` (Kafka's ``connections.max.reauth.ms``, KIP-368).
+  At 0, Kafka's default, a session never expires and a SaslHandshake on an
+  authenticated connection is answered ILLEGAL_SASL_STATE (the connection stays).
+  Above 0 a client re-authenticates with SaslHandshake v1 + SaslAuthenticate before
+  its session expires, and a connection whose session has expired is closed at its
+  next request, as Kafka's SocketServer does. A re-authentication must keep the
   mechanism and the principal (and so the organisation), or it fails and the
   connection closes.
 Failure handling follows Kafka's SaslServerAuthenticator: an unsupported
@@ -35,7 +38,6 @@ UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
 SASL_AUTHENTICATION_FAILED = 58
 FAILED_AUTHENTICATION_DELAY = 0.1  # Kafka's connection.failed.authentication.delay.ms default
-SESSION_LIFETIME_MS = 0
 
 
 def _mechanisms(conn: KafkaConnection) -> list[str]:
@@ -54,6 +56,8 @@ async def sasl_handshake(ctx: RequestContext, req: dict[str, Any]) -> dict[str, 
     if state.exchange is not None:
         log.warning("closing connection from %s: SaslHandshake during an unfinished SASL exchange", conn.peer)
         return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": enabled, CLOSE_AFTER: True}
+    if state.authenticated and not conn.gw.config.connections_max_reauth_ms:
+        return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": []}  # re-authentication is off, as in Kafka
     if state.authenticated and ctx.api_version < 1:
         log.warning("closing connection from %s: re-authentication needs SaslHandshake v1+", conn.peer)
         return {"error_code": ILLEGAL_SASL_STATE, "mechanisms": enabled, CLOSE_AFTER: True}
@@ -107,7 +111,7 @@ def _step(conn: KafkaConnection, token: bytes) -> tuple[bytes | None, str | None
         _fail(conn, mechanism, message)
         return None, message
     again = state.authenticated
-    state.succeed(user, mechanism)
+    state.succeed(user, mechanism, conn.gw.config.connections_max_reauth_ms)
     conn.org_id = user.org
     auth.auth_metrics().labels(mechanism, "success").inc()
     log.debug("%s %s as %s (org %s) with %s", conn.peer, "re-authenticated" if again else "authenticated",
@@ -134,7 +138,8 @@ async def sasl_authenticate(ctx: RequestContext, req: dict[str, Any]) -> dict[st
         await asyncio.sleep(FAILED_AUTHENTICATION_DELAY)
         return {"error_code": SASL_AUTHENTICATION_FAILED, "error_message": error, "auth_bytes": b"",
                 "session_lifetime": 0, CLOSE_AFTER: True}
-    return {"error_code": 0, "error_message": None, "auth_bytes": reply or b"", "session_lifetime": SESSION_LIFETIME_MS}
+    lifetime = conn.gw.config.connections_max_reauth_ms if state.exchange is None else 0  # set once complete
+    return {"error_code": 0, "error_message": None, "auth_bytes": reply or b"", "session_lifetime": lifetime}
 
 
 def raw_token(conn: KafkaConnection, token: bytes) -> bytes | None:
