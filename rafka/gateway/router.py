@@ -69,6 +69,7 @@ class _Shard:
         "pump",
         "refused",
         "sock",
+        "up_since",
         "ups",
     )
 
@@ -81,6 +82,7 @@ class _Shard:
         self.alive = False
         self.incarnation: str | None = None
         self.ups = 0  # times seen coming up: first contact, back from down, or restarted
+        self.up_since = 0.0  # time.monotonic() of the last time it came up
         self.last_seen = 0.0
         self.ping_sent: dict[int, float] = {}
         self.pump: SocketPump | None = None
@@ -121,6 +123,10 @@ class ShardRouter:
         if shard is None:
             shard = self._remember(key, ids.coordinator_partition(org_id, group_id, self.partitions))
         return shard
+
+    def up_since(self, index: int) -> float:
+        """``time.monotonic()`` when shard ``index`` last came up (first contact, back, restarted)."""
+        return self._shards[index].up_since
 
     def shard_for_partition(self, org_id: str, topic: str, partition: int) -> int:
         """The shard owning the log of ``topic``/``partition``."""
@@ -247,6 +253,7 @@ class ShardRouter:
             log.info("shard %d at %s is up (incarnation %s)", s.index, s.endpoint, incarnation)
         if not s.alive or incarnation != s.incarnation:
             s.ups += 1
+            s.up_since = time.monotonic()
         s.incarnation = incarnation
         was_alive, s.alive = s.alive, True
         if not was_alive:

@@ -18,11 +18,13 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from rafka import ids
 from tests.integration.clients import Member, consumer, covers_exactly, create_topic, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import ROOT, free_port
@@ -329,3 +331,66 @@ def test_a_gateway_configured_for_another_layout_is_refused_by_the_shards_and_ch
     assert sum(map(len, _read(boot, topic, 4, 40).values())) == 40, "every record is still there"
     res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(15)
     assert [(tp.partition, tp.offset) for tp in res.topic_partitions] == [(0, 7)], "and the group's offset"
+
+
+def test_a_shard_that_missed_a_deletion_gets_no_ops_from_metadata_served_while_the_catalogue_is_down(
+        tmp_path: Path) -> None:
+    """Topic D's shard is down when D is deleted through gateway A, A dies with the drop it held
+    for that shard, and then the catalogue's shard stalls: gateway B answers from its last known
+    metadata, which still has D, and the restarted shard still has D's log. Ops from metadata the
+    catalogue confirmed before that shard came back are refused (B used to acknowledge writes
+    into the deleted topic, lost once the catalogue was back, and serve its old records)."""
+    c = Cluster(tmp_path)
+    try:
+        catalogue = ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, "\0topics"), 2)
+        owner = 1 - catalogue
+        while True:
+            topic = _name("gone")
+            if {ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, topic, p), 2) for p in (0, 1)} == {owner}:
+                break
+        a = c.add_gateway(0, extra=("--no-auto-create-topics",))
+        b = c.add_gateway(1, extra=("--no-auto-create-topics",))
+        for gw in (a, b):
+            c.wait_ready(gw[1])
+        create_topic(f"127.0.0.1:{a[1]}", topic, 2)
+        acked: list[Any] = []
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{b[1]}", "message.timeout.ms": 6000,
+                      "allow.auto.create.topics": False})
+        for i in range(4):
+            p.produce(topic, b"before", partition=i % 2, on_delivery=lambda e, m: acked.append(e))
+        assert p.flush(10) == 0 and acked == [None] * 4  # B has D in its cache
+        shard = next(x for x in c.procs if x.name == f"shard-{owner}")
+        shard.proc.kill()
+        shard.proc.wait()
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{a[1]}"})
+        admin.delete_topics([topic])[topic].result(15)
+        gateway_a = next(x for x in c.procs if x.name == "gateway-0")
+        gateway_a.proc.kill()  # with the drop it held for the down shard
+        gateway_a.proc.wait()
+        stalled = next(x for x in c.procs if x.name == f"shard-{catalogue}")
+        os.kill(stalled.proc.pid, signal.SIGSTOP)
+        try:
+            c.procs.append(Proc(f"shard-{owner}", ["shard", "--id", str(owner), "--shard-endpoints", c.endpoints,
+                                                   "--data-dir", str(tmp_path / f"shard-{owner}"),
+                                                   "--metrics-port", "0"], tmp_path))
+            time.sleep(4)  # B sees the shard back, and marks the stalled catalogue's shard down
+            acked.clear()
+            for i in range(4):
+                p.produce(topic, b"after", partition=i % 2, on_delivery=lambda e, m: acked.append(e))
+            p.flush(10)
+            assert len(acked) == 4 and all(e is not None for e in acked), f"writes into a deleted topic: {acked}"
+            consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{b[1]}", "group.id": _name("g"),
+                                 "enable.auto.commit": False})
+            consumer.assign([TopicPartition(topic, q, 0) for q in (0, 1)])
+            deadline = time.monotonic() + 3
+            read = []
+            while time.monotonic() < deadline:
+                m = consumer.poll(0.2)
+                if m is not None and not m.error():
+                    read.append(m.value())
+            consumer.close()
+            assert read == [], "the deleted topic's records were served"
+        finally:
+            os.kill(stalled.proc.pid, signal.SIGCONT)
+    finally:
+        c.stop()

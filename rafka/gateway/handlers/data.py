@@ -68,12 +68,16 @@ async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], 
     """Send each partition to its owning shard; map (topic, partition) → shard answer."""
     router = ctx.gateway.router
     by_shard: dict[int, list[dict[str, Any]]] = {}
+    out: dict[tuple[str, int], dict[str, Any]] = {}
     for p in parts:
-        by_shard.setdefault(router.shard_for_partition(ctx.org_id, p["topic"], p["partition"]), []).append(p)
+        shard = router.shard_for_partition(ctx.org_id, p["topic"], p["partition"])
+        if _unconfirmed(router, shard, [p]):
+            out[(p["topic"], p["partition"])] = {"error_code": Err.LEADER_NOT_AVAILABLE, "unanswered": True}
+            continue
+        by_shard.setdefault(shard, []).append(p)
     shards = list(by_shard)
     results = await asyncio.gather(*(router.call(s, op, ctx.org_id, {**extra, "partitions": by_shard[s]}, ctx.trace)
                                      for s in shards), return_exceptions=True)
-    out: dict[tuple[str, int], dict[str, Any]] = {}
     for s, res in zip(shards, results):
         if isinstance(res, BaseException):
             for p in by_shard[s]:
@@ -101,8 +105,19 @@ def _forget_stale(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, 
 
 
 def _incarnation(info: dict[str, Any]) -> dict[str, Any]:
-    """What a partition op carries to name its topic's incarnation (see ``LogManager``)."""
-    return {"topic_id": info.get("topic_id"), "incarnation": info.get("incarnation", 0)}
+    """What a partition op carries to name its topic's incarnation (see ``LogManager``), and,
+    for metadata served while the catalogue is down, when the catalogue last confirmed it."""
+    out = {"topic_id": info.get("topic_id"), "incarnation": info.get("incarnation", 0)}
+    if "confirmed_at" in info:
+        out["confirmed_at"] = info["confirmed_at"]
+    return out
+
+
+def _unconfirmed(router: Any, shard: int, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The partitions of ``parts`` known only from metadata the catalogue confirmed before
+    ``shard`` last came up: that shard may have missed the topic's deletion (TopicCache)."""
+    since = router.up_since(shard)
+    return [p for p in parts if p.get("confirmed_at", since) < since]
 
 
 def _configs(info: dict[str, Any]) -> dict[str, Any]:
@@ -325,12 +340,16 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
             if not 0 <= p["partition"] < info["partitions"]:
                 unknown = True  # Kafka: UNKNOWN_TOPIC_OR_PARTITION
                 continue
+            part = {"topic": name, "partition": p["partition"], "fetch_offset": p["fetch_offset"],
+                    "partition_max_bytes": p["partition_max_bytes"], **_incarnation(info),
+                    "topic_id": str(topic_id) if topic_id else None}
             if epoch_error := _leader_epoch_error(p.get("current_leader_epoch")):
                 refused[(name, p["partition"])] = {"error_code": epoch_error}
+            elif _unconfirmed(ctx.gateway.router, ctx.gateway.router.shard_for_partition(ctx.org_id, name, p["partition"]),
+                              [part]):
+                refused[(name, p["partition"])] = {"error_code": Err.NOT_LEADER_OR_FOLLOWER}
             else:
-                parts.append({"topic": name, "partition": p["partition"], "fetch_offset": p["fetch_offset"],
-                              "partition_max_bytes": p["partition_max_bytes"],
-                              "topic_id": str(topic_id) if topic_id else None, "incarnation": info.get("incarnation", 0)})
+                parts.append(part)
     extra = {"max_wait_ms": 0 if refused or unknown else req.get("max_wait", 0), "min_bytes": req.get("min_bytes", 1),
              "max_bytes": req.get("max_bytes", 2**31 - 1), "isolation_level": req.get("isolation_level", 0)}
     answers = await _parked_fetch(ctx, parts, extra) if parts else {}

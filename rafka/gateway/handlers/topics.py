@@ -123,14 +123,18 @@ class TopicCache:
     Kafka broker keeps serving its metadata cache: producers and consumers of partitions
     on the other shards carry on, and a listing of every topic (``listing``) does not come
     back empty, which would make pattern subscribers drop their partitions. A partition
-    refuses an op from a stale entry of a deleted topic anyway (its incarnation).
+    refuses an op from a stale entry of a deleted topic (its incarnation) once it has heard of
+    the deletion; one that may have missed it, because its shard came up after the catalogue
+    last confirmed the entry, is not sent ops from that entry (``confirmed_at``, checked in
+    the data plane against the router's ``up_since``).
     """
 
     def __init__(self, ttl: float = 1.0) -> None:
         self.ttl = ttl
         self._by_name: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._by_id: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
-        self._listings: dict[str, dict[str, dict[str, Any]]] = {}  # org -> its last full listing, kept current
+        # org -> {name: (when the catalogue last confirmed it, topic)}: its last full listing, kept current
+        self._listings: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
         self._purge_at = 1024
 
     def invalidate(self, org_id: str, names: set[str] | None = None) -> None:
@@ -172,7 +176,7 @@ class TopicCache:
         import time
 
         now = time.monotonic()
-        listing = {t["name"]: t for t in topics if not t.get("error_code")}
+        listing = {t["name"]: (now, t) for t in topics if not t.get("error_code")}
         for name in self._listings.get(org_id, {}).keys() - listing.keys():
             hit = self._by_name.pop((org_id, name), None)
             if hit is not None and hit[1].get("topic_id"):
@@ -183,17 +187,18 @@ class TopicCache:
 
     def last_known(self, org_id: str, names: list[str] | None) -> list[dict[str, Any]] | None:
         """The last known entries of ``names`` (None: the last full listing), for when the
-        catalogue cannot answer; None if one of them, or the listing, is unknown."""
+        catalogue cannot answer, each with ``confirmed_at``; None if one of them, or the
+        listing, is unknown."""
         listing = self._listings.get(org_id)
         if names is None:
-            return None if listing is None else list(listing.values())
+            return None if listing is None else [{**t, "confirmed_at": at} for at, t in listing.values()]
         known = []
         for n in names:
             hit = self._by_name.get((org_id, n))
-            entry = hit[1] if hit is not None else (listing or {}).get(n)
+            entry = (hit[0] - self.ttl, hit[1]) if hit is not None else (listing or {}).get(n)
             if entry is None:
                 return None
-            known.append(entry)
+            known.append({**entry[1], "confirmed_at": entry[0]})
         return known
 
     async def by_id(self, ctx: RequestContext, topic_id: str) -> dict[str, Any] | None:
@@ -208,7 +213,7 @@ class TopicCache:
             resp = await catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False})
         except ShardUnavailable:
             if hit:  # the catalogue's shard is down: the last known entry
-                return hit[1]
+                return {**hit[1], "confirmed_at": hit[0] - self.ttl}
             raise
         self.listed(ctx.org_id, resp["topics"])
         hit = self._by_id.get((ctx.org_id, topic_id))
@@ -227,7 +232,7 @@ class TopicCache:
                 listing.pop(t["name"], None)
             return
         if listing is not None:
-            listing[t["name"]] = t
+            listing[t["name"]] = (now, t)
         entry = (now + self.ttl, t)
         self._by_name[(org_id, t["name"])] = entry
         if t.get("topic_id"):
