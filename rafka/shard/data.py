@@ -180,9 +180,8 @@ class DataPlane:
     # -- long-poll fetch ----------------------------------------------------
     def fetch(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         resp = self.logs.fetch(org_id, op)
-        size = sum(len(p.get("records") or b"") for p in resp["partitions"])
         errors = any(p.get("error_code") for p in resp["partitions"])
-        if size >= op.get("min_bytes", 1) or errors or op.get("max_wait_ms", 0) <= 0 or not op.get("fetch_id"):
+        if _size(resp) >= op.get("min_bytes", 1) or errors or op.get("max_wait_ms", 0) <= 0 or not op.get("fetch_id"):
             respond(plain(resp))
             return []
         parked = ParkedFetch(op["fetch_id"], org_id, op, respond,
@@ -204,9 +203,7 @@ class DataPlane:
         parked = self.parked.get(op["fetch_id"])
         if parked is not None:
             parked.op = {**parked.op, "min_bytes": op["min_bytes"]}
-            resp = self.logs.fetch(parked.org_id, parked.op)
-            if sum(len(p.get("records") or b"") for p in resp["partitions"]) >= max(op["min_bytes"], 1):
-                self._finish(op["fetch_id"], resp)
+            self._recheck(op["fetch_id"])
         respond({})
         return []
 
@@ -214,13 +211,16 @@ class DataPlane:
         """Re-run parked fetches watching ``keys``; answer those that now have enough."""
         for key in keys:
             for fid in list(self.watchers.get(key, ())):
-                parked = self.parked.get(fid)
-                if parked is None:
-                    continue
-                resp = self.logs.fetch(parked.org_id, parked.op)
-                size = sum(len(p.get("records") or b"") for p in resp["partitions"])
-                if size >= max(parked.op.get("min_bytes", 1), 1):
-                    self._finish(fid, resp)
+                self._recheck(fid)
+
+    def _recheck(self, fetch_id: str) -> None:
+        """Re-run a parked fetch; answer it if it now has its ``min_bytes``."""
+        parked = self.parked.get(fetch_id)
+        if parked is None:
+            return
+        resp = self.logs.fetch(parked.org_id, parked.op)
+        if _size(resp) >= max(parked.op.get("min_bytes", 1), 1):
+            self._finish(fetch_id, resp)
 
     def _finish(self, fetch_id: str, resp: dict[str, Any] | None = None) -> list[Record]:
         parked = self.parked.pop(fetch_id, None)
@@ -235,3 +235,8 @@ class DataPlane:
                     del self.watchers[key]
         parked.respond(plain(resp if resp is not None else self.logs.fetch(parked.org_id, parked.op)))
         return []
+
+
+def _size(resp: dict[str, Any]) -> int:
+    """Bytes of records in a fetch answer (what min_bytes counts)."""
+    return sum(len(p.get("records") or b"") for p in resp["partitions"])

@@ -32,47 +32,71 @@ from rafka.rail import Op
 TOPIC, BROKER, GROUP = 2, 4, 32  # config resource types
 INT64_MAX = 2**63 - 1
 
-# Kafka's name -> (its value from rafka's config, Kafka's default or None for none). A value
-# that differs from Kafka's default is described as set in the broker's static config
-# (STATIC_BROKER_CONFIG, with the default below it as a synonym), as Kafka describes a
-# server.properties entry; the others as DEFAULT_CONFIG.
-BROKER_CONFIGS: dict[str, tuple[Callable[[Any], str], str | None]] = {
-    "auto.create.topics.enable": (lambda c: str(c.auto_create_topics).lower(), "true"),
-    "broker.id": (lambda c: str(c.node_id), "-1"),
-    "node.id": (lambda c: str(c.node_id), None),
-    "num.partitions": (lambda c: str(c.default_partitions), "1"),
-    "default.replication.factor": (lambda c: "1", "1"),
-    "min.insync.replicas": (lambda c: "1", "1"),
-    "offsets.topic.replication.factor": (lambda c: "1", "3"),
-    "offsets.topic.num.partitions": (lambda c: str(c.coordinator_partitions), "50"),
-    "delete.topic.enable": (lambda c: "true", "true"),
-    "message.max.bytes": (lambda c: "1048588", "1048588"),
-    "compression.type": (lambda c: "producer", "producer"),
-    "log.cleanup.policy": (lambda c: "delete", "delete"),
-    "log.retention.hours": (lambda c: "168", "168"),
-    "log.retention.bytes": (lambda c: "-1", "-1"),
-    "log.retention.check.interval.ms": (lambda c: str(c.log_retention_check_interval_ms), "300000"),
-    "log.segment.bytes": (lambda c: "1073741824", "1073741824"),
-    "log.roll.hours": (lambda c: "168", "168"),
-    "log.message.timestamp.type": (lambda c: "CreateTime", "CreateTime"),
-    "log.message.timestamp.after.max.ms": (lambda c: "3600000", "3600000"),
-    "log.message.timestamp.before.max.ms": (lambda c: str(INT64_MAX), str(INT64_MAX)),
-    "group.consumer.session.timeout.ms": (lambda c: str(c.consumer_group_session_timeout_ms), "45000"),
-    "group.consumer.heartbeat.interval.ms": (lambda c: str(c.consumer_group_heartbeat_interval_ms), "5000"),
-    "group.consumer.min.session.timeout.ms": (lambda c: str(c.consumer_group_min_session_timeout_ms), "45000"),
-    "group.consumer.max.session.timeout.ms": (lambda c: str(c.consumer_group_max_session_timeout_ms), "60000"),
-    "group.consumer.min.heartbeat.interval.ms": (lambda c: str(c.consumer_group_min_heartbeat_interval_ms), "5000"),
-    "group.consumer.max.heartbeat.interval.ms": (lambda c: str(c.consumer_group_max_heartbeat_interval_ms), "15000"),
-    "transaction.max.timeout.ms": (lambda c: "900000", "900000"),
-    "group.min.session.timeout.ms": (lambda c: str(c.group_min_session_timeout_ms), "6000"),
-    "group.max.session.timeout.ms": (lambda c: str(c.group_max_session_timeout_ms), "1800000"),
-    "group.initial.rebalance.delay.ms": (lambda c: str(c.group_initial_rebalance_delay_ms), "3000"),
-    "group.max.size": (lambda c: str(c.group_max_size), "2147483647"),
-    "offset.metadata.max.bytes": (lambda c: str(c.offset_metadata_max_bytes), "4096"),
-    "offsets.retention.minutes": (lambda c: str(c.offsets_retention_minutes), "10080"),
-    "offsets.retention.check.interval.ms": (lambda c: str(c.offsets_retention_check_interval_ms), "600000"),
-    "socket.request.max.bytes": (lambda c: str(c.max_request_bytes), "104857600"),
-    "connections.max.reauth.ms": (lambda c: str(c.connections_max_reauth_ms), "0"),
+# The broker configs DescribeConfigs reports. A value rafka runs with that differs from Kafka's
+# default is described as set in the broker's static config (STATIC_BROKER_CONFIG, with the
+# default below it as a synonym), as Kafka describes a server.properties entry; the others as
+# DEFAULT_CONFIG.
+KAFKA_DEFAULTS: dict[str, str | None] = {  # Kafka's name -> its default (None: it has none)
+    "auto.create.topics.enable": "true",
+    "broker.id": "-1",
+    "node.id": None,
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "min.insync.replicas": "1",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "50",
+    "delete.topic.enable": "true",
+    "message.max.bytes": "1048588",
+    "compression.type": "producer",
+    "log.cleanup.policy": "delete",
+    "log.retention.hours": "168",
+    "log.retention.bytes": "-1",
+    "log.retention.check.interval.ms": "300000",
+    "log.segment.bytes": "1073741824",
+    "log.roll.hours": "168",
+    "log.message.timestamp.type": "CreateTime",
+    "log.message.timestamp.after.max.ms": "3600000",
+    "log.message.timestamp.before.max.ms": str(INT64_MAX),
+    "group.consumer.session.timeout.ms": "45000",
+    "group.consumer.heartbeat.interval.ms": "5000",
+    "group.consumer.min.session.timeout.ms": "45000",
+    "group.consumer.max.session.timeout.ms": "60000",
+    "group.consumer.min.heartbeat.interval.ms": "5000",
+    "group.consumer.max.heartbeat.interval.ms": "15000",
+    "transaction.max.timeout.ms": "900000",
+    "group.min.session.timeout.ms": "6000",
+    "group.max.session.timeout.ms": "1800000",
+    "group.initial.rebalance.delay.ms": "3000",
+    "group.max.size": "2147483647",
+    "offset.metadata.max.bytes": "4096",
+    "offsets.retention.minutes": "10080",
+    "offsets.retention.check.interval.ms": "600000",
+    "socket.request.max.bytes": "104857600",
+    "connections.max.reauth.ms": "0",
+}
+RAFKA_VALUES: dict[str, Callable[[Any], str]] = {  # where rafka's value comes from its own config
+    "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
+    "broker.id": lambda c: str(c.node_id),
+    "node.id": lambda c: str(c.node_id),
+    "num.partitions": lambda c: str(c.default_partitions),
+    "offsets.topic.replication.factor": lambda c: "1",
+    "offsets.topic.num.partitions": lambda c: str(c.coordinator_partitions),
+    "log.retention.check.interval.ms": lambda c: str(c.log_retention_check_interval_ms),
+    "group.consumer.session.timeout.ms": lambda c: str(c.consumer_group_session_timeout_ms),
+    "group.consumer.heartbeat.interval.ms": lambda c: str(c.consumer_group_heartbeat_interval_ms),
+    "group.consumer.min.session.timeout.ms": lambda c: str(c.consumer_group_min_session_timeout_ms),
+    "group.consumer.max.session.timeout.ms": lambda c: str(c.consumer_group_max_session_timeout_ms),
+    "group.consumer.min.heartbeat.interval.ms": lambda c: str(c.consumer_group_min_heartbeat_interval_ms),
+    "group.consumer.max.heartbeat.interval.ms": lambda c: str(c.consumer_group_max_heartbeat_interval_ms),
+    "group.min.session.timeout.ms": lambda c: str(c.group_min_session_timeout_ms),
+    "group.max.session.timeout.ms": lambda c: str(c.group_max_session_timeout_ms),
+    "group.initial.rebalance.delay.ms": lambda c: str(c.group_initial_rebalance_delay_ms),
+    "group.max.size": lambda c: str(c.group_max_size),
+    "offset.metadata.max.bytes": lambda c: str(c.offset_metadata_max_bytes),
+    "offsets.retention.minutes": lambda c: str(c.offsets_retention_minutes),
+    "offsets.retention.check.interval.ms": lambda c: str(c.offsets_retention_check_interval_ms),
+    "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
+    "connections.max.reauth.ms": lambda c: str(c.connections_max_reauth_ms),
 }
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5  # DescribeConfigs config_source
 
@@ -156,9 +180,9 @@ async def alter_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
 @api(32, 1, 4, "kafka.describe-configs")
 async def describe_configs(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     results = []
+    with_synonyms = bool(req.get("include_synonyms"))
     for r in req["resources"]:
         keys = r.get("configuration_keys") or None  # Kafka: an empty list asks for every config
-        with_synonyms = bool(req.get("include_synonyms"))
         if r["resource_type"] == BROKER:
             results.append(_describe_broker(ctx, r["resource_name"], keys, with_synonyms))
         elif r["resource_type"] in (TOPIC, GROUP):
@@ -202,10 +226,10 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, wit
         return {**out, "error_code": Err.INVALID_REQUEST,
                 "error_message": f"Unexpected broker id, expected {node} or empty string, but received {name}"}
     cfg = ctx.gateway.config
-    for key, (value_of, default) in sorted(BROKER_CONFIGS.items()):
+    for key, default in sorted(KAFKA_DEFAULTS.items()):
         if keys is not None and key not in keys:
             continue
-        value = value_of(cfg)
+        value = RAFKA_VALUES[key](cfg) if key in RAFKA_VALUES else default
         synonyms = [{"name": key, "value": default, "source": DEFAULT_CONFIG}] if default is not None else []
         if value != default:
             synonyms.insert(0, {"name": key, "value": value, "source": STATIC_BROKER_CONFIG})

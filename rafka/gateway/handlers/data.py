@@ -71,7 +71,7 @@ async def _split_call(ctx: RequestContext, op: Op, parts: list[dict[str, Any]], 
     out: dict[tuple[str, int], dict[str, Any]] = {}
     for p in parts:
         shard = router.shard_for_partition(ctx.org_id, p["topic"], p["partition"])
-        if _unconfirmed(router, shard, [p]):
+        if _unconfirmed(router, shard, p):
             out[(p["topic"], p["partition"])] = {"error_code": Err.LEADER_NOT_AVAILABLE, "unanswered": True}
             continue
         by_shard.setdefault(shard, []).append(p)
@@ -113,11 +113,10 @@ def _incarnation(info: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _unconfirmed(router: Any, shard: int, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The partitions of ``parts`` known only from metadata the catalogue confirmed before
-    ``shard`` last came up: that shard may have missed the topic's deletion (TopicCache)."""
-    since = router.up_since(shard)
-    return [p for p in parts if p.get("confirmed_at", since) < since]
+def _unconfirmed(router: Any, shard: int, part: dict[str, Any]) -> bool:
+    """Whether ``part`` is known only from metadata the catalogue confirmed before ``shard``
+    last came up: that shard may have missed the topic's deletion (TopicCache)."""
+    return "confirmed_at" in part and part["confirmed_at"] < router.up_since(shard)
 
 
 def _configs(info: dict[str, Any]) -> dict[str, Any]:
@@ -346,7 +345,7 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
             if epoch_error := _leader_epoch_error(p.get("current_leader_epoch")):
                 refused[(name, p["partition"])] = {"error_code": epoch_error}
             elif _unconfirmed(ctx.gateway.router, ctx.gateway.router.shard_for_partition(ctx.org_id, name, p["partition"]),
-                              [part]):
+                              part):
                 refused[(name, p["partition"])] = {"error_code": Err.NOT_LEADER_OR_FOLLOWER}
             else:
                 parts.append(part)

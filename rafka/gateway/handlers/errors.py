@@ -50,7 +50,7 @@ def coordinator_error(exc: BaseException) -> int:
 def shard_down_error(exc: BaseException, retriable: int = Err.LEADER_NOT_AVAILABLE) -> int:
     """The error for a failed call to a shard: ``retriable`` when the shard is down or loading,
     UNKNOWN_SERVER_ERROR for anything else."""
-    if isinstance(exc, (ShardLoading, ShardUnavailable)):
+    if isinstance(exc, ShardUnavailable):  # ShardLoading too
         return retriable
     return Err.UNKNOWN_SERVER_ERROR
 

@@ -176,14 +176,14 @@ class TopicCache:
         import time
 
         now = time.monotonic()
-        listing = {t["name"]: (now, t) for t in topics if not t.get("error_code")}
-        for name in self._listings.get(org_id, {}).keys() - listing.keys():
+        previous = self._listings.get(org_id, {})
+        listing = self._listings[org_id] = {}
+        for t in topics:
+            self._store(org_id, t, now)  # fills ``listing``
+        for name in previous.keys() - listing.keys():
             hit = self._by_name.pop((org_id, name), None)
             if hit is not None and hit[1].get("topic_id"):
                 self._by_id.pop((org_id, hit[1]["topic_id"]), None)
-        self._listings[org_id] = listing
-        for t in topics:
-            self._store(org_id, t, now)
 
     def last_known(self, org_id: str, names: list[str] | None) -> list[dict[str, Any]] | None:
         """The last known entries of ``names`` (None: the last full listing), for when the

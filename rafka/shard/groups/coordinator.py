@@ -58,9 +58,7 @@ class GroupCoordinator(AdminMixin):
                     self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id)):
                 # offsets never exist without a group; tolerate a log that lacks its record
                 self.groups[group_key] = ClassicGroup(org_id, group_id, "", state_ts=entry_commit_ts(value))
-            self.offsets.put(group_key, topic, partition, value)
-            if expire_ts is not None or self.offsets.expiring:
-                self.offsets.set_expiry(group_key, topic, partition, expire_ts)
+            self.offsets.put(group_key, topic, partition, value, expire_ts)
         elif record.type == RecordType.GROUP_METADATA:
             org_id, group_id = record.key
             if record.value is None:
@@ -80,9 +78,10 @@ class GroupCoordinator(AdminMixin):
         records = [Record(RecordType.GROUP_METADATA, key, group.durable)
                    for key, group in self.groups.items() if group.durable is not None]
         for org_id, group_id in self.offsets.group_keys():
+            own = self.offsets.own_expiries((org_id, group_id))
             for topic in self.offsets.topics(org_id, group_id):
                 for index, raw in self.offsets.raw_partitions(org_id, group_id, topic):
-                    expire_ts = self.offsets.expire_ts(org_id, group_id, topic, index) if self.offsets.expiring else None
+                    expire_ts = own.get((topic, index))
                     records.append(Record(RecordType.OFFSET_COMMIT, (org_id, group_id, topic, index),
                                           raw if expire_ts is None else (raw, expire_ts)))
         return records

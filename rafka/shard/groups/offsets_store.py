@@ -60,10 +60,13 @@ class OffsetStore:
         self.expiring: dict[tuple[str, str], dict[tuple[str, int], int]] = {}
 
     # ----------------------------------------------------------------- writes
-    def put(self, group_key: tuple[str, str], topic: str, partition: int, raw: bytes) -> None:
+    def put(self, group_key: tuple[str, str], topic: str, partition: int, raw: bytes,
+            expire_ts: int | None = None) -> None:
         """Store (or overwrite) one partition's packed entry (see ``pack_entry``) of the group
-        ``(org_id, group_id)``; recovery calls this a million times, so the common cases
-        (the next partition in order, an overwrite) come first."""
+        ``(org_id, group_id)``, with its own expiry time if it has one; recovery calls this a
+        million times, so the common cases (the next partition in order, an overwrite) come first."""
+        if expire_ts is not None or self.expiring:
+            self.set_expiry(group_key, topic, partition, expire_ts)
         topics = self._groups.get(group_key)
         if topics is None:
             topics = self._groups[group_key] = {}
@@ -109,8 +112,7 @@ class OffsetStore:
 
     def expire_ts(self, org_id: str, group_id: str, topic: str, partition: int) -> int | None:
         """The offset's own expiry time, if it was committed with one."""
-        own = self.expiring.get((org_id, group_id))
-        return None if own is None else own.get((topic, partition))
+        return self.own_expiries((org_id, group_id)).get((topic, partition))
 
     def delete(self, org_id: str, group_id: str, topic: str, partition: int) -> None:
         """Forget one partition's committed offset (no-op if absent)."""
