@@ -59,6 +59,7 @@ class Config:
     default_partitions: int = 1
     topic_metadata_ttl_ms: int = 1000  # how long a gateway trusts its cached copy of a topic's metadata
     log_retention_check_interval_ms: int = 30_000  # how often a shard applies retention (Kafka's 300000)
+    log_cleaner_backoff_ms: int = 15_000  # how often a shard compacts logs due a clean (Kafka's default)
 
     def endpoints(self) -> list[str]:
         """The ZeroMQ endpoint of every shard, in shard order."""
@@ -145,6 +146,7 @@ def add_arguments(parser: argparse.ArgumentParser, only: set[str] | None = None,
 
 
 POSITIVE = ("shards", "coordinator_partitions", "default_partitions", "log_retention_check_interval_ms",
+            "log_cleaner_backoff_ms",
             "offsets_retention_check_interval_ms", "max_request_bytes", "max_inflight_per_connection")
 
 

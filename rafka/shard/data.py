@@ -68,11 +68,12 @@ class DataPlane:
 
     def __init__(self, shard_id: int, timer: Any, default_partitions: int = 1,
                  coordinator_partitions: int = ids.DEFAULT_COORDINATOR_PARTITIONS,
-                 retention_check_ms: int = 30_000) -> None:
+                 retention_check_ms: int = 30_000, cleaner_backoff_ms: int = 15_000) -> None:
         self.catalog = TopicCatalog(default_partitions=default_partitions)
         self.logs = LogManager(coordinator_partitions=coordinator_partitions)
         self.timer = timer
         self.retention_check_ms = retention_check_ms
+        self.cleaner_backoff_ms = cleaner_backoff_ms
         self.parked: dict[str, ParkedFetch] = {}
         self.watchers: dict[tuple[str, str, int], set[str]] = {}
 
@@ -97,7 +98,7 @@ class DataPlane:
         state.data = self
         state.register_replay(RecordType.TOPIC, self.catalog.replay)
         for rtype in (RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCER_STATE,
-                      RecordType.TOPIC_DROPPED, RecordType.PRODUCERS_EXPIRED):
+                      RecordType.TOPIC_DROPPED, RecordType.PRODUCERS_EXPIRED, RecordType.PARTITION_COMPACTED):
             state.register_replay(rtype, self._replay_log)
         self._state = state
 
@@ -171,11 +172,17 @@ class DataPlane:
         data streams that re-add it, so expired producers come back until a pass; Kafka too
         drops expired producers when it loads a log."""
         self.timer.schedule("log-retention", 0, self.retention)
+        self.timer.schedule("log-cleaner", self.cleaner_backoff_ms, self.clean)
 
     def retention(self, now_ms: int) -> list[Record]:
         """Periodic retention pass: delete whole segments past retention.ms / retention.bytes."""
         self.timer.schedule("log-retention", self.retention_check_ms, self.retention)
         return self.logs.retention(now_ms)
+
+    def clean(self, now_ms: int) -> list[Record]:
+        """Periodic log compaction, every ``cleaner_backoff_ms`` (Kafka's log.cleaner.backoff.ms)."""
+        self.timer.schedule("log-cleaner", self.cleaner_backoff_ms, self.clean)
+        return self.logs.clean(now_ms)
 
     # -- long-poll fetch ----------------------------------------------------
     def fetch(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:

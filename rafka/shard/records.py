@@ -31,6 +31,7 @@ class RecordType(IntEnum):
     TXN_OFFSET_COMMIT = 15  # key (org, group, producer_id, topic, partition); value dict | None (pending)
     TOPIC_DROPPED = 16  # key (org, topic, coordinator partition); value newest incarnation deleted (log.manager)
     PRODUCERS_EXPIRED = 17  # key (org, topic, partition); value [producer ids] the partition forgets (log.manager)
+    PARTITION_COMPACTED = 18  # key (org, topic, partition); value dict: the cleaned log below ``upto`` (log.cleaner)
 
 
 class Record(NamedTuple):

@@ -43,7 +43,7 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
         wal.on_fsync = fsync_hist.observe
     state = ShardState(shard_id, groups, wal=wal)
     data = DataPlane(shard_id, runtime.timer, cfg.default_partitions, cfg.coordinator_partitions,
-                     cfg.log_retention_check_interval_ms)
+                     cfg.log_retention_check_interval_ms, cfg.log_cleaner_backoff_ms)
     data.install(state)
     txn.install(state, data.logs)
     return state

@@ -33,7 +33,8 @@ log then has a gap of offsets, as a compacted Kafka log does). Meta streams
 roll at ``segment_bytes``; sealed segments are compacted in the background by key
 (the last value of each (type, key) survives, order kept, and deleted keys go
 altogether), so recovery time and disk are bounded by live state, not history.
-Data streams roll with their size and drop whole segments once the log start offset passes them. A data
+Data streams roll with their size and drop whole segments once the log start offset passes them,
+or once a compaction record (which holds the whole cleaned log below its offset) supersedes them. A data
 stream whose last record drops its log (the topic deleted) is closed and its files
 and directory removed once the commit that wrote the drop is durable (with it, the
 meta record that remembers the deleted incarnation); sealed segments go first, so
@@ -68,7 +69,8 @@ META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TO
               RecordType.GROUP_CONFIG, RecordType.TOPIC_DROPPED,
               RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET,
               RecordType.TXN_METADATA, RecordType.TXN_OFFSET_COMMIT}
-DATA_TYPES = {RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCERS_EXPIRED}
+DATA_TYPES = {RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCERS_EXPIRED,
+              RecordType.PARTITION_COMPACTED}
 
 
 class WalError(Exception):
@@ -195,7 +197,7 @@ class Stream:
         dropped = False
         for record in records:
             self.ends_dropped = record.type == RecordType.PARTITION_TRUNCATE and record.value is None
-            if record.type == RecordType.PARTITION_BATCH:
+            if record.type in (RecordType.PARTITION_BATCH, RecordType.PARTITION_COMPACTED):
                 self._note_offsets(seq, record)
             elif self.ends_dropped:
                 self.segment_last_offset.clear()
@@ -231,11 +233,12 @@ class Stream:
         self._open(self.seq + 1)
 
     def _note_offsets(self, seq: int, record: Record) -> None:
-        if record.type == RecordType.PARTITION_BATCH and record.value:
+        if record.type == RecordType.PARTITION_COMPACTED:  # it stands for the whole log below ``upto``
+            last = int(record.value["upto"]) - 1
+        else:
             batch = record.value["batch"]
-            base = int.from_bytes(batch[0:8], "big", signed=True)
-            last = base + int.from_bytes(batch[23:27], "big", signed=True)
-            self.segment_last_offset[seq] = max(self.segment_last_offset.get(seq, -1), last)
+            last = int.from_bytes(batch[0:8], "big", signed=True) + int.from_bytes(batch[23:27], "big", signed=True)
+        self.segment_last_offset[seq] = max(self.segment_last_offset.get(seq, -1), last)
 
     def sync(self) -> None:
         with self.lock:
@@ -388,6 +391,8 @@ class Wal:
             for r in recs:
                 if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:
                     s.drop_below(int(r.value.get("log_start_offset", 0)))
+                elif r.type == RecordType.PARTITION_COMPACTED:  # it holds everything below ``upto``
+                    s.drop_below(int(r.value["upto"]))
             if s.ends_dropped:
                 self._dropped[key] = (s, s.appends)
             elif rolled and key[0] == "meta":

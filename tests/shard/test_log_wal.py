@@ -214,3 +214,23 @@ def test_deleted_topics_hold_no_files_and_a_crash_before_the_removal_is_cleaned_
     after = shard.restart()
     assert after.logs.logs == {} and [k for k in after.wal.streams if k[0] == "logs"] == []
     assert list((tmp_path / "logs").iterdir()) == []
+
+
+def test_compaction_bounds_the_wal_and_a_restart_rebuilds_the_compacted_log(tmp_path: Path) -> None:
+    shard = Shard(tmp_path)
+    compact = {"cleanup.policy": "compact", "segment.ms": "1"}
+    for i in range(200):  # 4 keys written over and over, a segment per append
+        data = build_batch([SimpleRecord(b"k%d" % (i % 4), b"v%d" % i + b"." * 40, i * 10)])
+        shard.apply(shard.logs.produce(ORG, {"acks": -1, "partitions": [
+            {"topic": "t", "partition": 0, "records": data, "configs": compact}]}, i * 10)[0])
+        if i % 20 == 19:
+            shard.apply(shard.logs.clean(i * 10))
+    files = list((tmp_path / "logs").rglob("*.wal"))
+    assert len(files) <= 6 and sum(f.stat().st_size for f in files) < 3_000, "superseded WAL segments deleted"
+    log = shard.logs.logs[(ORG, "t", 0)]
+    before = [(b, s.base_offset, s.next_offset) for s in log.segments for b in s.batches]
+    assert len(before) <= 24 and log.log_end_offset == 200
+    after = shard.restart()
+    log = after.logs.logs[(ORG, "t", 0)]
+    assert [(b, s.base_offset, s.next_offset) for s in log.segments for b in s.batches] == before
+    assert (log.log_start_offset, log.log_end_offset) == (0, 200)

@@ -12,8 +12,8 @@ with the synonyms Kafka's ConfigHelper lists when asked: the topic's override, t
 broker config whose default the topic inherits (``BROKER_SYNONYMS``).
 
 ``cleanup.policy=compact`` is accepted with Kafka's rules for what a client can see
-(records need keys; time and size retention do not delete; DeleteRecords is refused)
-but the log is never compacted: every record stays until a delete policy removes it.
+(records need keys; time and size retention do not delete; DeleteRecords is refused);
+``rafka.shard.log.cleaner`` compacts such logs.
 ``compression.type`` is stored and described; batches keep the producer's codec.
 """
 
@@ -152,7 +152,7 @@ CONFIGS: dict[str, ConfigDef] = {
     "compression.type": ConfigDef(STRING, "producer",
                                   _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
     "compression.zstd.level": ConfigDef(INT, "3", _int(-131072, 22)),
-    "delete.retention.ms": ConfigDef(LONG, "86400000", _long(0)),
+    "delete.retention.ms": ConfigDef(LONG, "86400000", _long(0), "delete_retention_ms"),
     "file.delete.delay.ms": ConfigDef(LONG, "60000", _long(0)),
     "flush.messages": ConfigDef(LONG, str(INT64_MAX), _long(1)),
     "flush.ms": ConfigDef(LONG, str(INT64_MAX), _long(0)),
@@ -167,7 +167,7 @@ CONFIGS: dict[str, ConfigDef] = {
     "message.timestamp.before.max.ms": ConfigDef(LONG, str(INT64_MAX), _long(0), "message_timestamp_before_max_ms"),
     "message.timestamp.type": ConfigDef(STRING, "CreateTime", _one_of("CreateTime", "LogAppendTime"),
                                         "message_timestamp_type"),
-    "min.cleanable.dirty.ratio": ConfigDef(DOUBLE, "0.5", _double(0, 1)),
+    "min.cleanable.dirty.ratio": ConfigDef(DOUBLE, "0.5", _double(0, 1), "min_cleanable_dirty_ratio"),
     "min.compaction.lag.ms": ConfigDef(LONG, "0", _long(0), "min_compaction_lag_ms"),
     "min.insync.replicas": ConfigDef(INT, "1", _int(1)),  # Kafka caps it at the replication factor: 1
     "preallocate": ConfigDef(BOOLEAN, "false", _boolean),
@@ -202,11 +202,20 @@ class LogConfig:
     message_timestamp_after_max_ms: int = 3600000
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = INT64_MAX
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
 
     @property
     def compact(self) -> bool:
         """``cleanup.policy`` includes compact: records need keys."""
         return "compact" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """How old the active segment may grow before an append rolls it: ``segment.ms``, and for
+        a compacted topic at most ``max.compaction.lag.ms`` (Kafka's ``maxSegmentMs``), since
+        the cleaner never cleans the active segment."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
 
     @property
     def delete(self) -> bool:

@@ -25,6 +25,8 @@ Records (key ``(org, topic, partition)`` unless noted):
 * ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
   allocates an id; ``None`` drops the allocation once it is older than
   ``producer.id.expiration.ms`` (a meta record of the org's producer-id partition).
+* ``PARTITION_COMPACTED`` ``{upto, segments, ...}`` plus what ``PARTITION_TRUNCATE`` carries:
+  a clean (``rafka.shard.log.cleaner``), the whole cleaned log below ``upto``.
 * ``PRODUCERS_EXPIRED`` key ``(org, topic, partition)``: ``[producer ids]`` the
   partition forgets, idle longer than ``producer.id.expiration.ms`` (each partition
   expires its own producers, as Kafka's ProducerStateManager does, in its own stream).
@@ -55,6 +57,7 @@ from typing import Any
 
 from rafka import ids
 from rafka.protocol.records import CorruptRecordError, parse_header, split_batches
+from rafka.shard.log.cleaner import plan_clean
 from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.partition import PartitionLog
@@ -440,6 +443,19 @@ class LogManager:
         records += [Record(RecordType.PRODUCER_STATE, key, None) for key in self.producer_ids.expired(now_ms, expiry)]
         return records
 
+    def clean(self, now_ms: int) -> list[Record]:
+        """Periodic (Kafka's log.cleaner.backoff.ms): compact the logs due a clean (see
+        ``rafka.shard.log.cleaner``). Each clean is one ``PARTITION_COMPACTED`` record that also
+        carries the log's state, as a truncation does, since the write-ahead log then deletes the
+        segments it replaces."""
+        records = []
+        for key, log in sorted(self.logs.items()):
+            cleaned = plan_clean(log, now_ms)
+            if cleaned is not None:
+                records.append(Record(RecordType.PARTITION_COMPACTED, key,
+                                      {**_truncate(log, log.log_start_offset), **cleaned}))
+        return records
+
     # ----------------------------------------------------------------- replay
 
     def replay(self, record: Record) -> None:
@@ -449,6 +465,10 @@ class LogManager:
             self._replay_batch(key, record.value)
         elif record.type == RecordType.PARTITION_TRUNCATE:
             self._replay_truncate(key, record.value)
+        elif record.type == RecordType.PARTITION_COMPACTED:
+            log = self._restored(key, record.value)
+            log.apply_compaction(record.value)
+            log.log_start_offset = record.value["log_start_offset"]  # replay may have begun past it
         elif record.type == RecordType.TOPIC_DROPPED:
             topic = (key[0], key[1])
             self.dropped[topic] = max(self.dropped.get(topic, 0), int(record.value))
@@ -473,15 +493,20 @@ class LogManager:
         if value is None:
             self.logs.pop(key, None)
             return
+        self._restored(key, value).apply_log_start(value["log_start_offset"])
+
+    def _restored(self, key: PartitionKey, value: dict[str, Any]) -> PartitionLog:
+        """The log of ``key`` with the topic and state a truncation or compaction record carries:
+        the state when it was written, all of it, even if the segments holding it were deleted."""
         log = self.logs.get(key)
         if log is None:
             log = self.logs[key] = PartitionLog()
         _adopt_topic(log, value)
-        if "producers" in value:  # the state when it was written: all of it, even if segments were dropped
+        if "producers" in value:
             log.producers.restore(value["producers"])
             log.ongoing_txns = {int(p): int(o) for p, o in value["ongoing_txns"]}
             log.aborted_txns = [(int(p), int(f), int(last)) for p, f, last in value["aborted_txns"]]
-        log.apply_log_start(value["log_start_offset"])
+        return log
 
 
 def _stale_marker(log: PartitionLog, marker: dict[str, Any]) -> bool:

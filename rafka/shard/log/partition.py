@@ -31,7 +31,10 @@ How this works (Kafka's UnifiedLog/LocalLog/LogSegment, single replica):
   whose newest timestamp is older than ``retention.ms``, then as many as keep
   the log above ``retention.bytes``. Kafka rolls a breaching active segment and
   deletes it on its next pass; here it is deleted in the same pass. Only topics
-  whose ``cleanup.policy`` includes delete expire; compaction never runs.
+  whose ``cleanup.policy`` includes delete expire.
+* Compaction (``rafka.shard.log.cleaner``) replaces the segments below an offset with
+  cleaned ones (``apply_compaction``); offsets never change, so a read that starts in a
+  batch whose remaining records all lie below ``fetch_offset`` moves on to the next.
 * ``check_records`` applies the topic config's per-record rules (keys on compacted
   topics, the timestamp window); a LogAppendTime topic stamps each batch it appends.
 * Timestamp lookups find the first record with timestamp >= target, decoding
@@ -121,6 +124,7 @@ class PartitionLog:
         self.producers = ProducerStateManager()
         self.ongoing_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.aborted_txns: list[tuple[int, int, int]] = []  # (producer id, first, last offset), by last
+        self.first_dirty_offset = 0  # where the last compaction ended (Kafka's cleaner checkpoint)
 
     # ------------------------------------------------------------------ state
 
@@ -157,7 +161,7 @@ class PartitionLog:
         active = self.segments[-1]
         batch = build_control_batch(producer_id, producer_epoch, committed, now_ms, base_offset=self.log_end_offset)
         roll = bool(active.batches) and (active.size + len(batch) > self.config.segment_bytes
-                                         or now_ms - active.created_ms >= self.config.segment_ms)
+                                         or now_ms - active.created_ms >= self.config.roll_ms)
         return {"batch": batch, "append_ms": now_ms, "roll": roll}
 
     @property
@@ -211,7 +215,7 @@ class PartitionLog:
                                   log_append_time_ms=duplicate.max_timestamp)
             size = len(batch)
             roll = not seg_empty and (
-                seg_size + size > config.segment_bytes or now_ms - seg_created >= config.segment_ms
+                seg_size + size > config.segment_bytes or now_ms - seg_created >= config.roll_ms
             )
             if roll or seg_empty:
                 seg_size, seg_created, seg_empty = 0, now_ms, False
@@ -248,15 +252,7 @@ class PartitionLog:
             self.segments.append(seg)
         if not seg.batches:
             seg.created_ms = append_ms
-        seg.batches.append(batch)
-        seg.base_offsets.append(header.base_offset)
-        seg.max_timestamps.append(header.max_timestamp)
-        seg.next_offset = header.last_offset + 1
-        seg.size += len(batch)
-        seg.max_timestamp = max(seg.max_timestamp, header.max_timestamp)
-        seg.retention_timestamp = max(
-            seg.retention_timestamp, header.max_timestamp if header.max_timestamp >= 0 else append_ms
-        )
+        _add(seg, batch, header, append_ms)
         self.producers.update(header, append_ms)
         if header.is_control:
             first = self.ongoing_txns.pop(header.producer_id, None)
@@ -264,6 +260,25 @@ class PartitionLog:
                 self.aborted_txns.append((header.producer_id, first, header.base_offset))
         elif header.is_transactional:
             self.ongoing_txns.setdefault(header.producer_id, header.base_offset)
+
+    def apply_compaction(self, value: dict[str, Any]) -> None:
+        """Put a clean's segments in place of every batch below its ``upto`` (replay of a
+        ``PARTITION_COMPACTED`` value; see ``rafka.shard.log.cleaner``)."""
+        upto = int(value["upto"])
+        cleaned = []
+        for base, next_offset, created_ms, retention_ts, batches in value["segments"]:
+            seg = Segment(int(base), created_ms, next_offset=int(next_offset), retention_timestamp=retention_ts)
+            for batch in batches:
+                _add(seg, bytes(batch))
+            cleaned.append(seg)
+        rest = [seg if seg.base_offset >= upto else _trimmed(seg, upto)
+                for seg in self.segments if seg.next_offset > upto and seg.batches]
+        if not rest or not self.segments[-1].batches and self.segments[-1].base_offset >= upto:
+            rest.append(Segment(max(upto, self.log_end_offset)))  # the active segment, empty
+        self.segments = cleaned + rest
+        self.first_dirty_offset = upto
+        keep = {parse_header(b).last_offset for seg in cleaned for b in seg.batches} if self.aborted_txns else set()
+        self.aborted_txns = [t for t in self.aborted_txns if t[2] >= upto or t[2] in keep]
 
     # ------------------------------------------------------------ log start
 
@@ -321,9 +336,13 @@ class PartitionLog:
         bi = max(bisect.bisect_right(self.segments[si].base_offsets, fetch_offset) - 1, 0)
         if fetch_offset >= self.segments[si].next_offset:  # in a gap (see apply_batch): the next segment
             si, bi = si + 1, 0
-        total = 0
+        total, first = 0, True
         for seg in self.segments[si:]:
             for j, batch in enumerate(seg.batches[bi:], bi):
+                if first:
+                    if _last_offset(batch) < fetch_offset:
+                        continue  # compaction removed the rest of this batch: the next one, as Kafka
+                    first = False
                 if seg.base_offsets[j] >= limit:
                     return Errors.NONE, out
                 if total + len(batch) > max_bytes and (out or not min_one):
@@ -388,6 +407,34 @@ class PartitionLog:
         if exact:  # the batch header claims a max the records do not carry (e.g. LogAppendTime)
             return max(header.base_offset, self.log_start_offset), header.max_timestamp
         return -1, -1
+
+
+def _add(seg: Segment, batch: bytes, header: BatchHeader | None = None, append_ms: int = -1) -> None:
+    """Append one batch to ``seg`` and account for it."""
+    header = header or parse_header(batch)
+    seg.batches.append(batch)
+    seg.base_offsets.append(header.base_offset)
+    seg.max_timestamps.append(header.max_timestamp)
+    seg.next_offset = max(seg.next_offset, header.last_offset + 1)
+    seg.size += len(batch)
+    seg.max_timestamp = max(seg.max_timestamp, header.max_timestamp)
+    seg.retention_timestamp = max(seg.retention_timestamp,
+                                  header.max_timestamp if header.max_timestamp >= 0 else append_ms)
+
+
+def _trimmed(seg: Segment, upto: int) -> Segment:
+    """The part of ``seg`` at or past ``upto`` (a segment replay began inside)."""
+    out = Segment(upto, seg.created_ms, retention_timestamp=seg.retention_timestamp)
+    for batch, base in zip(seg.batches, seg.base_offsets, strict=True):
+        if base >= upto:
+            _add(out, batch)
+    out.next_offset = max(out.next_offset, seg.next_offset)
+    return out
+
+
+def _last_offset(batch: bytes) -> int:
+    """baseOffset + lastOffsetDelta, read straight from the header."""
+    return int.from_bytes(batch[0:8], "big", signed=True) + int.from_bytes(batch[23:27], "big", signed=True)
 
 
 class AppendError(Exception):

@@ -1,0 +1,116 @@
+"""Rewriting a stored batch without some of its records, as Kafka's log cleaner does.
+
+How this works (Kafka's ``MemoryRecords.filterTo``): ``raw_records`` decodes a v2
+batch's records (decompressing them) into ``RawRecord``s that keep each record's
+bytes after its timestamp delta untouched. ``rebuild_batch`` writes the retained
+ones back as one batch with the same base offset, ``lastOffsetDelta``, producer id,
+epoch, base sequence, flags and codec, so offsets and sequence ranges never change;
+the base timestamp becomes the first retained record's timestamp, or the batch's
+*delete horizon* (KIP-534: attribute bit 0x40, the time after which the cleaner may
+drop its tombstones and an empty transaction's marker), and each record's timestamp
+delta is written against it, so every record keeps its timestamp. ``empty_batch`` is
+the 61-byte header Kafka keeps when no record survives but the batch still carries
+a producer's last sequence or the end of the cleaned range.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rafka.protocol.records import (
+    _HEADER,
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    BatchHeader,
+    CompressionType,
+    CorruptRecordError,
+    _read_nullable,
+    _read_varint,
+    _zigzag_varint,
+    compress,
+    compute_crc,
+    decompress,
+)
+
+DELETE_HORIZON_BIT = 0x40  # DefaultRecordBatch.DELETE_HORIZON_FLAG_MASK
+_COMPRESSION_MASK = 0x07
+
+
+@dataclass(slots=True)
+class RawRecord:
+    """One record of a stored batch: what the cleaner decides on, and its bytes."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    tombstone: bool  # a null value: a delete of ``key``
+    attributes: int
+    rest: memoryview  # offsetDelta .. the end of the headers, copied as they are
+
+
+def delete_horizon(header: BatchHeader) -> int | None:
+    """The batch's delete horizon (ms), or None when the cleaner has not set one."""
+    return header.base_timestamp if header.attributes & DELETE_HORIZON_BIT else None
+
+
+def raw_records(header: BatchHeader, batch: bytes | memoryview) -> list[RawRecord]:
+    """The records of ``batch``; ``CorruptRecordError`` if they do not decode."""
+    view = memoryview(batch)[BATCH_HEADER_SIZE : header.size_in_bytes]
+    if header.compression != CompressionType.NONE:
+        view = decompress(header.compression, view)
+    out = []
+    pos = 0
+    for _ in range(header.records_count):
+        length, pos = _read_varint(view, pos)
+        end = pos + length
+        if length < 2 or end > len(view):
+            raise CorruptRecordError("record length runs past the batch")
+        attributes = view[pos]
+        ts_delta, rest = _read_varint(view, pos + 1)
+        offset_delta, at = _read_varint(view, rest)
+        key, at = _read_nullable(view, at)
+        value_length, _ = _read_varint(view, at)
+        out.append(RawRecord(header.base_offset + offset_delta, header.base_timestamp + ts_delta, key,
+                             value_length < 0, attributes, view[rest:end]))
+        pos = end
+    return out
+
+
+def rebuild_batch(header: BatchHeader, records: Sequence[RawRecord], horizon_ms: int | None) -> bytes:
+    """``records`` (a subset of the batch's, in order) as one batch like the original, with
+    ``horizon_ms`` as its delete horizon (None: none)."""
+    if not records:
+        return empty_batch(header)
+    base_ts = records[0].timestamp if horizon_ms is None else horizon_ms
+    body = bytearray()
+    for r in records:
+        inner = bytearray((r.attributes,))
+        _zigzag_varint(r.timestamp - base_ts, inner)
+        inner += r.rest
+        _zigzag_varint(len(inner), body)
+        body += inner
+    data = compress(header.compression, bytes(body))
+    attributes = header.attributes & ~DELETE_HORIZON_BIT | (DELETE_HORIZON_BIT if horizon_ms is not None else 0)
+    max_ts = header.max_timestamp if header.is_log_append_time else max(r.timestamp for r in records)
+    return _pack(header, attributes, base_ts, max_ts, len(records), data)
+
+
+def empty_batch(header: BatchHeader) -> bytes:
+    """The header alone (Kafka's ``writeEmptyHeader``): no records, no codec, the same offsets,
+    producer and sequence, the original max timestamp."""
+    return _pack(header, header.attributes & ~_COMPRESSION_MASK & ~DELETE_HORIZON_BIT, NO_TIMESTAMP,
+                 header.max_timestamp, 0, b"")
+
+
+def _pack(header: BatchHeader, attributes: int, base_ts: int, max_ts: int, count: int, data: bytes) -> bytes:
+    batch = bytearray(_HEADER.pack(
+        header.base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(data), header.partition_leader_epoch, MAGIC_V2, 0,
+        attributes, header.last_offset_delta, base_ts, max_ts, header.producer_id, header.producer_epoch,
+        header.base_sequence, count))
+    batch += data
+    struct.pack_into(">I", batch, 17, compute_crc(batch))
+    return bytes(batch)

@@ -1,0 +1,183 @@
+"""Log compaction of one partition log: Kafka's LogCleaner as a pure planning step.
+
+How this works (Kafka's LogCleanerManager.cleanableOffsets, Cleaner.doClean):
+
+* A log whose ``cleanup.policy`` includes compact is cleaned in whole segments. The
+  *cleanable* segments are the oldest ones up to (not including) the active segment,
+  the first one reaching past the last stable offset, and the first one with a record
+  newer than ``min.compaction.lag.ms``. Those at or past ``first_dirty_offset`` (where
+  the previous clean ended) are *dirty*. A clean runs when dirty bytes over cleanable
+  bytes exceed ``min.cleanable.dirty.ratio``, or a dirty segment's first batch is older
+  than ``max.compaction.lag.ms``.
+* The dirty segments give each key its last offset; aborted transactions and markers
+  give none. Every cleanable segment is then rewritten: a record stays if it has a
+  key and no later record of that key exists, and a tombstone (a null value) stays
+  until its batch's delete horizon, stamped ``delete.retention.ms`` after the clean that
+  first kept it. Aborted transactions' batches go; a marker goes a horizon after a
+  clean finds no data of its transaction left. A batch that loses every record is kept
+  as an empty header when it is a producer's last (its sequence is needed) or ends the
+  cleaned range. Offsets never change: reads of a removed offset get the next batch.
+* ``plan_clean`` returns the cleaned segments; the manager writes them as one
+  ``PARTITION_COMPACTED`` record, which replay (``PartitionLog.apply_compaction``) puts in
+  place of everything below its ``upto`` offset, live and on recovery alike, and after
+  which the write-ahead log deletes the segments it supersedes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rafka.protocol.cleaning import delete_horizon, empty_batch, raw_records, rebuild_batch
+from rafka.protocol.records import CONTROL_ABORT, BatchHeader, CorruptRecordError, control_type, parse_header
+from rafka.shard.log.config import INT64_MAX
+from rafka.shard.log.partition import PartitionLog, Segment
+
+log = logging.getLogger("rafka.log")
+
+
+def cleanable_segments(plog: PartitionLog, now_ms: int) -> list[Segment]:
+    """The oldest segments a clean may rewrite (see the module docstring)."""
+    config, lso = plog.config, plog.last_stable_offset
+    out = []
+    for seg in plog.segments[:-1]:
+        if seg.next_offset > lso:
+            break
+        if config.min_compaction_lag_ms > 0 and seg.max_timestamp > now_ms - config.min_compaction_lag_ms:
+            break
+        if seg.batches:
+            out.append(seg)
+    return out
+
+
+def needs_cleaning(plog: PartitionLog, segments: list[Segment], now_ms: int) -> bool:
+    """Whether the dirty part is large (ratio) or old (max lag) enough to clean now."""
+    config = plog.config
+    dirty = [s for s in segments if s.base_offset >= plog.first_dirty_offset]
+    if not dirty:
+        return False
+    if config.max_compaction_lag_ms < INT64_MAX:
+        firsts = [s.max_timestamps[0] for s in dirty if s.max_timestamps[0] > 0]
+        if firsts and min(firsts) < now_ms - config.max_compaction_lag_ms:
+            return True
+    dirty_bytes = sum(s.size for s in dirty)
+    return dirty_bytes / sum(s.size for s in segments) > config.min_cleanable_dirty_ratio
+
+
+def plan_clean(plog: PartitionLog, now_ms: int) -> dict[str, Any] | None:
+    """``{upto, segments: [[base, next, created_ms, retention_ts, [batch, ...]], ...]}``: the
+    cleaned form of every segment below ``upto``, or None when no clean is due."""
+    if not plog.config.compact:
+        return None
+    segments = cleanable_segments(plog, now_ms)
+    if not segments or not needs_cleaning(plog, segments, now_ms):
+        return None
+    upto = segments[-1].next_offset
+    try:
+        cleaned = _Clean(plog, now_ms, upto).run(segments)
+    except CorruptRecordError as exc:  # stored before records were checked: leave the log as it is
+        log.error("not compacting a partition log: a batch does not decode (%s)", exc)
+        return None
+    return {"upto": upto, "segments": cleaned}
+
+
+class _Clean:
+    """One pass over the cleanable segments."""
+
+    def __init__(self, plog: PartitionLog, now_ms: int, upto: int) -> None:
+        self.plog, self.now_ms, self.upto = plog, now_ms, upto
+        self.horizon = now_ms + plog.config.delete_retention_ms
+        self.aborted: dict[int, list[tuple[int, int]]] = {}
+        for pid, first, last in plog.aborted_txns:
+            self.aborted.setdefault(pid, []).append((first, last))
+        self.last_batch = {pid: e.batches[-1].last_offset for pid, e in plog.producers.entries.items() if e.batches}
+        self.traversed: dict[int, bool] = {}  # producer id -> data of its current transaction seen (aborted?)
+
+    def is_aborted(self, h: BatchHeader) -> bool:
+        return h.is_transactional and any(f <= h.base_offset <= last for f, last in self.aborted.get(h.producer_id, ()))
+
+    def offset_map(self, segments: list[Segment]) -> dict[bytes, int]:
+        """Each key's last offset in the dirty segments."""
+        latest: dict[bytes, int] = {}
+        for seg in segments:
+            if seg.base_offset < self.plog.first_dirty_offset:
+                continue
+            for batch in seg.batches:
+                h = parse_header(batch)
+                if h.is_control or self.is_aborted(h):
+                    continue
+                for r in raw_records(h, batch):
+                    if r.key is not None:
+                        latest[r.key] = r.offset
+        return latest
+
+    def run(self, segments: list[Segment]) -> list[list[Any]]:
+        latest = self.offset_map(segments)
+        out: list[list[Any]] = []
+        for group in _groups(segments, self.plog.config.segment_bytes):
+            batches = []
+            for seg in group:
+                for batch in seg.batches:
+                    h = parse_header(batch)
+                    if h.last_offset < self.plog.log_start_offset:
+                        continue  # unreadable already; the segment stayed for later batches
+                    kept = self.clean_batch(h, batch, latest)
+                    if kept is not None:
+                        batches.append(kept)
+            if batches:
+                retention = max(s.retention_timestamp for s in group)
+                out.append([group[0].base_offset, group[-1].next_offset, group[0].created_ms, retention, batches])
+        return out
+
+    def clean_batch(self, h: BatchHeader, batch: bytes, latest: dict[bytes, int]) -> bytes | None:
+        """The batch as the clean leaves it: itself, rebuilt, an empty header, or None (gone)."""
+        if h.is_control:
+            return self.clean_marker(h, batch)
+        if h.is_transactional:
+            aborted = self.is_aborted(h)
+            self.traversed[h.producer_id] = aborted
+            if aborted:
+                return self.empty_or_none(h)
+        horizon = delete_horizon(h)
+        records = raw_records(h, batch)
+        if not records:  # emptied by an earlier clean: kept only while a rule still keeps it
+            return self.empty_or_none(h)
+        kept = [r for r in records if r.key is not None and r.offset >= latest.get(r.key, -1)
+                and not (r.tombstone and horizon is not None and self.now_ms >= horizon)]
+        stamp = horizon is None and any(r.tombstone for r in kept)
+        if len(kept) == len(records) and not stamp:
+            return batch
+        if not kept:
+            return self.empty_or_none(h)
+        return rebuild_batch(h, kept, self.horizon if stamp else horizon)
+
+    def clean_marker(self, h: BatchHeader, batch: bytes) -> bytes | None:
+        """A marker stays while its transaction has data here; then a horizon, then it goes."""
+        seen = self.traversed.pop(h.producer_id, None)
+        if seen is not None and seen == (control_type(batch) == CONTROL_ABORT):
+            return batch
+        horizon = delete_horizon(h)
+        if horizon is None:
+            return rebuild_batch(h, raw_records(h, batch), self.horizon)
+        return batch if self.now_ms < horizon else self.empty_or_none(h)
+
+    def empty_or_none(self, h: BatchHeader) -> bytes | None:
+        """An emptied batch: kept as a header if a producer's last batch or the range's end."""
+        if h.last_offset + 1 == self.upto or (h.has_producer_id and self.last_batch.get(h.producer_id) == h.last_offset):
+            return empty_batch(h)
+        return None
+
+
+def _groups(segments: list[Segment], segment_bytes: int) -> list[list[Segment]]:
+    """Consecutive segments merged while their sizes sum to at most ``segment_bytes``
+    (Kafka's groupSegmentsBySize)."""
+    groups: list[list[Segment]] = []
+    size = 0
+    for seg in segments:
+        if groups and size + seg.size <= segment_bytes:
+            groups[-1].append(seg)
+            size += seg.size
+        else:
+            groups.append([seg])
+            size = seg.size
+    return groups
