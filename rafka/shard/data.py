@@ -13,9 +13,11 @@ Responses are plain msgpack data (topic ids as strings).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,15 @@ from typing import Any
 from rafka import ids
 from rafka.rail import Op
 from rafka.shard.handlers import ShardState
+from rafka.shard.log import cleaner
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.manager import LogManager, appended_partitions
 from rafka.shard.log.topics import TopicCatalog, validate_topic_name
 from rafka.shard.records import Record, RecordType
 
 Respond = Callable[[Any], None]
+log = logging.getLogger("rafka.shard")
+CLEANER_POLL_MS = 20  # how soon the loop looks again while a clean runs or more are due
 
 
 def plain(value: Any) -> Any:
@@ -74,6 +79,8 @@ class DataPlane:
         self.timer = timer
         self.retention_check_ms = retention_check_ms
         self.cleaner_backoff_ms = cleaner_backoff_ms
+        self._cleaner: ThreadPoolExecutor | None = None
+        self._cleaning: tuple[tuple[str, str, int], cleaner.CleanJob, Future[dict[str, Any] | None]] | None = None
         self.parked: dict[str, ParkedFetch] = {}
         self.watchers: dict[tuple[str, str, int], set[str]] = {}
 
@@ -180,9 +187,32 @@ class DataPlane:
         return self.logs.retention(now_ms)
 
     def clean(self, now_ms: int) -> list[Record]:
-        """Periodic log compaction, every ``cleaner_backoff_ms`` (Kafka's log.cleaner.backoff.ms)."""
-        self.timer.schedule("log-cleaner", self.cleaner_backoff_ms, self.clean)
-        return self.logs.clean(now_ms)
+        """Log compaction, as Kafka's cleaner thread: one due clean at a time runs in a worker
+        thread (a large log would stall the loop); a tick on the loop writes each finished one
+        (if its log did not change meanwhile) and starts the next, and with none due waits
+        ``cleaner_backoff_ms`` (Kafka's log.cleaner.backoff.ms)."""
+        records: list[Record] = []
+        if self._cleaning is not None:
+            key, job, future = self._cleaning
+            if not future.done():
+                self.timer.schedule("log-cleaner", CLEANER_POLL_MS, self.clean)
+                return records
+            self._cleaning = None
+            try:
+                record = self.logs.compacted(key, job, future.result())
+            except Exception:
+                log.exception("log clean of %s failed", key)
+                self.timer.schedule("log-cleaner", self.cleaner_backoff_ms, self.clean)
+                return records
+            records += [record] if record is not None else []
+        due = self.logs.due_cleans(now_ms)
+        if due:
+            key, job = due[0]
+            if self._cleaner is None:
+                self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="log-cleaner")
+            self._cleaning = (key, job, self._cleaner.submit(cleaner.run, job))
+        self.timer.schedule("log-cleaner", CLEANER_POLL_MS if due else self.cleaner_backoff_ms, self.clean)
+        return records
 
     # -- long-poll fetch ----------------------------------------------------
     def fetch(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:

@@ -221,3 +221,23 @@ def test_a_delete_only_topic_is_never_cleaned() -> None:
     log.put((b"a", b"2"))
     log.put((b"a", b"3"))
     assert log.clean() == []
+
+
+def test_a_clean_finished_in_the_background_is_written_only_if_its_log_did_not_change_meanwhile() -> None:
+    from rafka.shard.log import cleaner
+
+    log = Log({"retention.ms": "100000", "cleanup.policy": "compact,delete"})
+    log.put((b"a", b"1"))
+    log.put((b"a", b"2"))
+    log.put((b"b", b"1"))
+    [(key, job)] = log.manager.due_cleans(log.now)
+    log.put((b"c", b"1"))  # appends while the job runs change nothing it read
+    assert log.manager.compacted(key, job, cleaner.run(job)) is not None
+    [(key, job)] = log.manager.due_cleans(log.now)
+    log.apply(log.manager.retention(log.now + 100_000 - 15))  # retention dropped segments the job read
+    assert log.plog.log_start_offset > 0 and log.manager.compacted(key, job, cleaner.run(job)) is None
+    log.put((b"d", b"1"))
+    log.put((b"e", b"1"))
+    [(key, job)] = log.manager.due_cleans(log.now)
+    log.clean()  # another clean got there first
+    assert log.manager.compacted(key, job, cleaner.run(job)) is None

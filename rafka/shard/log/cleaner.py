@@ -17,23 +17,41 @@ How this works (Kafka's LogCleanerManager.cleanableOffsets, Cleaner.doClean):
   clean finds no data of its transaction left. A batch that loses every record is kept
   as an empty header when it is a producer's last (its sequence is needed) or ends the
   cleaned range. Offsets never change: reads of a removed offset get the next batch.
-* ``plan_clean`` returns the cleaned segments; the manager writes them as one
-  ``PARTITION_COMPACTED`` record, which replay (``PartitionLog.apply_compaction``) puts in
-  place of everything below its ``upto`` offset, live and on recovery alike, and after
-  which the write-ahead log deletes the segments it supersedes.
+* ``due`` (on the shard's loop) takes what a clean reads into a ``CleanJob``; ``run``
+  cleans it, in a worker thread, so a large log does not stall the shard; ``still_valid``
+  (on the loop again) checks that no clean, retention or deletion changed the log since.
+  The manager then writes the cleaned segments as one ``PARTITION_COMPACTED`` record,
+  which replay (``PartitionLog.apply_compaction``) puts in place of everything below its
+  ``upto`` offset, live and on recovery alike, and after which the write-ahead log
+  deletes the segments it supersedes.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from rafka.protocol.cleaning import delete_horizon, empty_batch, raw_records, rebuild_batch
 from rafka.protocol.records import CONTROL_ABORT, BatchHeader, CorruptRecordError, control_type, parse_header
-from rafka.shard.log.config import INT64_MAX
+from rafka.shard.log.config import INT64_MAX, LogConfig
 from rafka.shard.log.partition import PartitionLog, Segment
 
 log = logging.getLogger("rafka.log")
+
+
+@dataclass(slots=True)
+class CleanJob:
+    """What a clean of one log reads, taken on the shard's loop, so that ``run`` may go on in
+    another thread while the loop appends: the cleanable segments are sealed and never change."""
+
+    segments: list[Segment]
+    first_dirty: int
+    log_start: int
+    config: LogConfig
+    aborted: list[tuple[int, int, int]]
+    last_batch: dict[int, int]  # producer id -> last offset of its last batch
+    now_ms: int
 
 
 def cleanable_segments(plog: PartitionLog, now_ms: int) -> list[Segment]:
@@ -64,43 +82,54 @@ def needs_cleaning(plog: PartitionLog, segments: list[Segment], now_ms: int) -> 
     return dirty_bytes / sum(s.size for s in segments) > config.min_cleanable_dirty_ratio
 
 
-def plan_clean(plog: PartitionLog, now_ms: int) -> dict[str, Any] | None:
-    """``{upto, segments: [[base, next, created_ms, retention_ts, [batch, ...]], ...]}``: the
-    cleaned form of every segment below ``upto``, or None when no clean is due."""
+def due(plog: PartitionLog, now_ms: int) -> CleanJob | None:
+    """The clean this log is due, or None."""
     if not plog.config.compact:
         return None
     segments = cleanable_segments(plog, now_ms)
     if not segments or not needs_cleaning(plog, segments, now_ms):
         return None
-    upto = segments[-1].next_offset
+    last_batch = {pid: e.batches[-1].last_offset for pid, e in plog.producers.entries.items() if e.batches}
+    return CleanJob(segments, plog.first_dirty_offset, plog.log_start_offset, plog.config, list(plog.aborted_txns),
+                    last_batch, now_ms)
+
+
+def run(job: CleanJob) -> dict[str, Any] | None:
+    """``{upto, segments: [[base, next, created_ms, retention_ts, [batch, ...]], ...]}``: the
+    cleaned form of every segment below ``upto``; None if a batch does not decode."""
+    upto = job.segments[-1].next_offset
     try:
-        cleaned = _Clean(plog, now_ms, upto).run(segments)
+        return {"upto": upto, "segments": _Clean(job, upto).run()}
     except CorruptRecordError as exc:  # stored before records were checked: leave the log as it is
         log.error("not compacting a partition log: a batch does not decode (%s)", exc)
         return None
-    return {"upto": upto, "segments": cleaned}
+
+
+def still_valid(plog: PartitionLog, job: CleanJob) -> bool:
+    """Whether ``job``'s result still fits ``plog``: no clean, retention or deletion since."""
+    live = {id(s) for s in plog.segments}
+    return plog.first_dirty_offset == job.first_dirty and all(id(s) in live for s in job.segments)
 
 
 class _Clean:
-    """One pass over the cleanable segments."""
+    """One pass over a job's segments."""
 
-    def __init__(self, plog: PartitionLog, now_ms: int, upto: int) -> None:
-        self.plog, self.now_ms, self.upto = plog, now_ms, upto
-        self.horizon = now_ms + plog.config.delete_retention_ms
+    def __init__(self, job: CleanJob, upto: int) -> None:
+        self.job, self.now_ms, self.upto, self.last_batch = job, job.now_ms, upto, job.last_batch
+        self.horizon = job.now_ms + job.config.delete_retention_ms
         self.aborted: dict[int, list[tuple[int, int]]] = {}
-        for pid, first, last in plog.aborted_txns:
+        for pid, first, last in job.aborted:
             self.aborted.setdefault(pid, []).append((first, last))
-        self.last_batch = {pid: e.batches[-1].last_offset for pid, e in plog.producers.entries.items() if e.batches}
         self.traversed: dict[int, bool] = {}  # producer id -> data of its current transaction seen (aborted?)
 
     def is_aborted(self, h: BatchHeader) -> bool:
         return h.is_transactional and any(f <= h.base_offset <= last for f, last in self.aborted.get(h.producer_id, ()))
 
-    def offset_map(self, segments: list[Segment]) -> dict[bytes, int]:
+    def offset_map(self) -> dict[bytes, int]:
         """Each key's last offset in the dirty segments."""
         latest: dict[bytes, int] = {}
-        for seg in segments:
-            if seg.base_offset < self.plog.first_dirty_offset:
+        for seg in self.job.segments:
+            if seg.base_offset < self.job.first_dirty:
                 continue
             for batch in seg.batches:
                 h = parse_header(batch)
@@ -111,15 +140,15 @@ class _Clean:
                         latest[r.key] = r.offset
         return latest
 
-    def run(self, segments: list[Segment]) -> list[list[Any]]:
-        latest = self.offset_map(segments)
+    def run(self) -> list[list[Any]]:
+        latest = self.offset_map()
         out: list[list[Any]] = []
-        for group in _groups(segments, self.plog.config.segment_bytes):
+        for group in _groups(self.job.segments, self.job.config.segment_bytes):
             batches = []
             for seg in group:
                 for batch in seg.batches:
                     h = parse_header(batch)
-                    if h.last_offset < self.plog.log_start_offset:
+                    if h.last_offset < self.job.log_start:
                         continue  # unreadable already; the segment stayed for later batches
                     kept = self.clean_batch(h, batch, latest)
                     if kept is not None:

@@ -57,7 +57,7 @@ from typing import Any
 
 from rafka import ids
 from rafka.protocol.records import CorruptRecordError, parse_header, split_batches
-from rafka.shard.log.cleaner import plan_clean
+from rafka.shard.log import cleaner
 from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.partition import PartitionLog
@@ -444,17 +444,29 @@ class LogManager:
         return records
 
     def clean(self, now_ms: int) -> list[Record]:
-        """Periodic (Kafka's log.cleaner.backoff.ms): compact the logs due a clean (see
-        ``rafka.shard.log.cleaner``). Each clean is one ``PARTITION_COMPACTED`` record that also
-        carries the log's state, as a truncation does, since the write-ahead log then deletes the
-        segments it replaces."""
+        """Compact every log due a clean, here and now (see ``rafka.shard.log.cleaner``; the
+        shard runs ``cleaner.run`` in a worker thread instead, through ``due_cleans`` and
+        ``compacted``)."""
         records = []
-        for key, log in sorted(self.logs.items()):
-            cleaned = plan_clean(log, now_ms)
-            if cleaned is not None:
-                records.append(Record(RecordType.PARTITION_COMPACTED, key,
-                                      {**_truncate(log, log.log_start_offset), **cleaned}))
+        for key, job in self.due_cleans(now_ms):
+            record = self.compacted(key, job, cleaner.run(job))
+            if record is not None:
+                records.append(record)
         return records
+
+    def due_cleans(self, now_ms: int) -> list[tuple[PartitionKey, cleaner.CleanJob]]:
+        """The cleans the logs are due (Kafka's log.cleaner.backoff.ms pass)."""
+        jobs = ((key, cleaner.due(log, now_ms)) for key, log in sorted(self.logs.items()))
+        return [(key, job) for key, job in jobs if job is not None]
+
+    def compacted(self, key: PartitionKey, job: cleaner.CleanJob, cleaned: dict[str, Any] | None) -> Record | None:
+        """The ``PARTITION_COMPACTED`` record of a finished clean, or None if the log changed
+        since its job was taken. It also carries the log's state, as a truncation does, since
+        the write-ahead log then deletes the segments it replaces."""
+        log = self.logs.get(key)
+        if cleaned is None or log is None or not cleaner.still_valid(log, job):
+            return None
+        return Record(RecordType.PARTITION_COMPACTED, key, {**_truncate(log, log.log_start_offset), **cleaned})
 
     # ----------------------------------------------------------------- replay
 
