@@ -90,30 +90,23 @@ def test_a_fetch_of_a_removed_offset_gets_the_next_batch_holding_records_at_or_p
     assert parse_header(batches[0]).base_offset == 1
 
 
-def test_no_clean_while_the_dirty_part_is_at_most_half_the_cleanable_bytes() -> None:
-    log = Log()
+def _cleaned_then_slightly_dirty(log: Log) -> Log:
+    """A big segment cleaned, then a small dirty one: a dirty ratio well under 0.5."""
     log.put(*[(b"k%d" % i, b"x" * 50) for i in range(20)])
     log.put((b"k0", b"y"))
     assert len(log.clean()) == 1  # all dirty: ratio 1
-    log.put((b"k1", b"y"))  # makes the previous segment cleanable: a small dirty part
+    log.put((b"k1", b"y"))  # makes the previous segment cleanable
     log.put((b"k2", b"y"))
-    assert log.clean() == []
-    with_ratio = Log({"min.cleanable.dirty.ratio": "0.01"})
-    with_ratio.put(*[(b"k%d" % i, b"x" * 50) for i in range(20)])
-    with_ratio.put((b"k0", b"y"))
-    with_ratio.clean()
-    with_ratio.put((b"k1", b"y"))
-    with_ratio.put((b"k2", b"y"))
-    assert len(with_ratio.clean()) == 1
+    return log
+
+
+def test_no_clean_while_the_dirty_part_is_at_most_half_the_cleanable_bytes() -> None:
+    assert _cleaned_then_slightly_dirty(Log()).clean() == []
+    assert len(_cleaned_then_slightly_dirty(Log({"min.cleanable.dirty.ratio": "0.01"})).clean()) == 1
 
 
 def test_max_compaction_lag_forces_a_clean_below_the_ratio() -> None:
-    log = Log({"max.compaction.lag.ms": "1000"})
-    log.put(*[(b"k%d" % i, b"x" * 50) for i in range(20)])
-    log.put((b"k0", b"y"))
-    log.clean()
-    log.put((b"k1", b"y"))
-    log.put((b"k2", b"y"))
+    log = _cleaned_then_slightly_dirty(Log({"max.compaction.lag.ms": "1000"}))
     assert log.clean() == [] and len(log.clean(at=log.now + 1000)) == 1
 
 
