@@ -199,11 +199,11 @@ class DataPlane:
                 return records
             self._cleaning = None
             try:
-                record = self.logs.compacted(key, job, future.result())
+                cleaned = future.result()
             except Exception:
                 log.exception("log clean of %s failed", key)
-                self.timer.schedule("log-cleaner", self.cleaner_backoff_ms, self.clean)
-                return records
+                cleaned = None
+            record = self.logs.compacted(key, job, cleaned)
             records += [record] if record is not None else []
         due = self.logs.due_cleans(now_ms)
         if due:

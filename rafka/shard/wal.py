@@ -246,13 +246,14 @@ class Stream:
                 os.fdatasync(self.fd)
                 self.dirty = False
 
-    def drop_below(self, log_start_offset: int) -> None:
-        """Delete the sealed data segments before the first one holding an offset at or past
-        ``log_start_offset`` (one without batches holds only truncations the new one supersedes)."""
+    def drop_below(self, log_start_offset: int, before: int) -> None:
+        """Delete the sealed data segments before segment ``before`` (which holds the record that
+        supersedes them) and before the first one holding an offset at or past ``log_start_offset``
+        (one without batches holds only truncations the new record supersedes)."""
         with self.lock:
             for path in self.segments():
                 seq = int(path.stem)
-                if seq >= self.seq or self.segment_last_offset.get(seq, -1) >= log_start_offset:
+                if seq >= min(before, self.seq) or self.segment_last_offset.get(seq, -1) >= log_start_offset:
                     break
                 path.unlink(missing_ok=True)
                 self.segment_last_offset.pop(seq, None)
@@ -286,6 +287,9 @@ def compact_segments(paths: list[Path]) -> list[Record]:
 
 
 _Dropped = dict[tuple[Any, ...], tuple[Stream, int]]  # stream key → (stream, its append count at the drop)
+# (stream key, stream, the offset below which its sealed segments are superseded, the segment holding
+# the record that supersedes them)
+_Drop = tuple[tuple[Any, ...], Stream, int, int]
 
 
 class Wal:
@@ -306,7 +310,10 @@ class Wal:
         # data streams whose log was dropped since the last commit (with the append that dropped it),
         # then the same per commit, removed once that commit is durable
         self._dropped: _Dropped = {}
-        self._removals: list[tuple[concurrent.futures.Future[None], _Dropped]] = []
+        # sealed data segments a truncation or compaction superseded: (stream key, stream, offset below
+        # which they go), deleted once the record that supersedes them is durable, as the drops are
+        self._drops: list[_Drop] = []
+        self._removals: list[tuple[concurrent.futures.Future[None], _Dropped, list[_Drop]]] = []
         self._pending: concurrent.futures.Future[None] | None = None
         self._queue: list[tuple[set[Stream], concurrent.futures.Future[None]]] = []
         self._cv = threading.Condition()
@@ -386,13 +393,16 @@ class Wal:
             by_stream.setdefault(self.stream_key(r), []).append(r)
         for key, recs in by_stream.items():
             s = self._stream(key)
-            rolled = s.append(recs, encode_entry(recs))
+            entry = encode_entry(recs)
+            if len(entry) > MAX_ENTRY:  # recovery would take it for a torn write
+                raise WalError(f"an entry of {len(entry)} bytes exceeds the {MAX_ENTRY} a segment may hold")
+            rolled = s.append(recs, entry)
             self._written.add(s)
             for r in recs:
                 if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:
-                    s.drop_below(int(r.value.get("log_start_offset", 0)))
+                    self._drops.append((key, s, int(r.value.get("log_start_offset", 0)), s.seq))
                 elif r.type == RecordType.PARTITION_COMPACTED:  # it holds everything below ``upto``
-                    s.drop_below(int(r.value["upto"]))
+                    self._drops.append((key, s, int(r.value["upto"]), s.seq))
             if s.ends_dropped:
                 self._dropped[key] = (s, s.appends)
             elif rolled and key[0] == "meta":
@@ -407,15 +417,19 @@ class Wal:
     def _remove_durable_drops(self) -> None:
         """Remove the dropped data streams whose batch fsync has completed."""
         waiting = []
-        for fut, dropped in self._removals:
+        for fut, dropped, drops in self._removals:
             if not fut.done():
-                waiting.append((fut, dropped))
+                waiting.append((fut, dropped, drops))
             elif fut.exception() is None:
-                self._remove_dropped(dropped)
+                self._remove_dropped(dropped, drops)
         self._removals = waiting
 
-    def _remove_dropped(self, dropped: _Dropped) -> None:
-        """Remove data streams whose drop is durable, unless written since (a new incarnation)."""
+    def _remove_dropped(self, dropped: _Dropped, drops: list[_Drop]) -> None:
+        """Remove data streams whose drop is durable, unless written since (a new incarnation), and
+        the sealed segments that durable truncations and compactions superseded."""
+        for key, s, offset, seq in drops:
+            if self.streams.get(key) is s:  # not a stream removed since, whose directory a new one may use
+                s.drop_below(offset, seq)
         for key, (s, appends) in dropped.items():
             if self.streams.get(key) is s and s.appends == appends:
                 self._remove(key, s)
@@ -426,8 +440,9 @@ class Wal:
         self._remove_durable_drops()
         written, self._written = self._written, set()
         dropped, self._dropped = self._dropped, {}
+        drops, self._drops = self._drops, []
         if self.fsync == "never":
-            self._remove_dropped(dropped)
+            self._remove_dropped(dropped, drops)
             return None
         if self.fsync == "always":
             start = time.perf_counter()
@@ -438,7 +453,7 @@ class Wal:
                 raise WalError(str(exc)) from exc
             if written and self.on_fsync:
                 self.on_fsync(time.perf_counter() - start)
-            self._remove_dropped(dropped)
+            self._remove_dropped(dropped, drops)
             return None
         if not written:
             return self._pending if self._pending is not None and not self._pending.done() else None
@@ -447,8 +462,8 @@ class Wal:
             self._queue.append((written, fut))
             self._cv.notify()
         self._pending = fut
-        if dropped:
-            self._removals.append((fut, dropped))
+        if dropped or drops:
+            self._removals.append((fut, dropped, drops))
         return fut
 
     def _sync_loop(self) -> None:

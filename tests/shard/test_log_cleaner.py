@@ -36,11 +36,11 @@ class Log:
         self.records += records
         return records
 
-    def put(self, *kvs: tuple[bytes, bytes | None], **kw: Any) -> int:
+    def put(self, *kvs: tuple[bytes, bytes | None], topic: str = "t", **kw: Any) -> int:
         self.now += 10
         data = build_batch([SimpleRecord(k, v, self.now) for k, v in kvs], **kw)
         records, resp = self.manager.produce(ORG, {"acks": -1, "timeout_ms": 100, "partitions": [
-            {"topic": "t", "partition": 0, "records": data, "configs": self.configs}]}, self.now)
+            {"topic": topic, "partition": 0, "records": data, "configs": self.configs}]}, self.now)
         self.apply(records)
         assert resp["partitions"][0]["error_code"] == Errors.NONE, resp
         return int(resp["partitions"][0]["base_offset"])
@@ -234,3 +234,38 @@ def test_a_clean_finished_in_the_background_is_written_only_if_its_log_did_not_c
     [(key, job)] = log.manager.due_cleans(log.now)
     log.clean()  # another clean got there first
     assert log.manager.compacted(key, job, cleaner.run(job)) is None
+
+
+def test_a_fetch_from_the_log_start_reads_past_segments_a_clean_emptied() -> None:
+    log = Log({"segment.bytes": "100"})  # a group per segment: the first one ends up empty and goes
+    log.put((b"a", b"1"))
+    log.put((b"b", b"1"))
+    log.put((b"a", b"2"))
+    log.put((b"c", b"1"))
+    log.clean()
+    assert log.plog.segments[0].base_offset == 1
+    assert [(o, k) for o, k, _, _ in log.fetch(0)[1]] == [(1, b"b"), (2, b"a"), (3, b"c")]
+
+
+def test_a_log_whose_clean_fails_is_not_tried_again_and_does_not_hold_back_the_others(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rafka.shard.log import cleaner
+
+    log = Log()
+    for value in (b"1", b"2", b"3"):
+        log.put((b"a", value))
+    monkeypatch.setattr(cleaner, "MAX_CLEANED_BYTES", 50)  # too large to write in one WAL entry
+    assert log.clean() == [] and log.plog.uncleanable and log.manager.due_cleans(log.now) == []
+    monkeypatch.undo()
+    for value in (b"1", b"2", b"3"):
+        log.put((b"a", value), topic="u")  # sorts after t
+    assert [r.key for r in log.clean()] == [(ORG, "u", 0)]
+
+
+def test_a_delete_retention_of_forever_keeps_tombstones_and_still_cleans() -> None:
+    log = Log({"delete.retention.ms": str(2**63 - 1)})
+    log.put((b"a", b"1"))
+    log.put((b"a", None))
+    log.put((b"b", b"1"))
+    assert len(log.clean()) == 1
+    assert [(o, k, v) for o, k, v, _ in log.fetch()[1]] == [(1, b"a", None), (2, b"b", b"1")]

@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rafka.protocol.records import SimpleRecord, build_batch, parse_header
 from rafka.shard.data import DataPlane
 from rafka.shard.log.manager import LogManager
 from rafka.shard.log.producers import PRODUCER_ID_EXPIRATION_MS
 from rafka.shard.records import Record, RecordType
-from rafka.shard.wal import Wal, encode_entry
+from rafka.shard.wal import Wal, WalError, encode_entry
 
 ORG, PARTITIONS = "acme", 4
 CONFIGS = {"retention.ms": "3600000"}
@@ -234,3 +236,87 @@ def test_compaction_bounds_the_wal_and_a_restart_rebuilds_the_compacted_log(tmp_
     log = after.logs.logs[(ORG, "t", 0)]
     assert [(b, s.base_offset, s.next_offset) for s in log.segments for b in s.batches] == before
     assert (log.log_start_offset, log.log_end_offset) == (0, 200)
+
+
+def test_superseded_segments_go_only_once_the_compaction_is_durable_and_never_the_compactions_own(
+        tmp_path: Path) -> None:
+    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="batch", segment_bytes=400)
+    logs = LogManager(coordinator_partitions=PARTITIONS)
+    compact = {"cleanup.policy": "compact", "segment.ms": "1"}
+
+    def write(records: list[Record]) -> Any:
+        wal.append(records)
+        for r in records:
+            logs.replay(r)
+        return wal.commit()
+
+    def produce(i: int) -> Any:
+        data = build_batch([SimpleRecord(b"k%d" % (i % 3), b"v%d" % i + b"." * 60, i * 10)])
+        return write(logs.produce(ORG, {"acks": -1, "partitions": [
+            {"topic": "t", "partition": 0, "records": data, "configs": compact}]}, i * 10)[0])
+
+    for i in range(30):
+        fut = produce(i)
+    fut.result()
+    files = sorted((tmp_path / "logs").rglob("*.wal"))
+    [record] = logs.clean(300)
+    assert len(encode_entry([record])) > 400  # a segment of its own
+    wal.append([record])
+    logs.replay(record)
+    assert sorted((tmp_path / "logs").rglob("*.wal"))[:len(files)] == files  # nothing goes before it is durable
+    fut = wal.commit()
+    fut.result()
+    produce(30).result()  # rolls past the compaction's segment; this commit deletes what it superseded
+    produce(31).result()
+    left = sorted((tmp_path / "logs").rglob("*.wal"))
+    assert len(left) < len(files) / 2
+    before = [b for s in logs.logs[(ORG, "t", 0)].segments for b in s.batches]
+    wal.close()
+    fresh = LogManager(coordinator_partitions=PARTITIONS)
+    for records in Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never", segment_bytes=400).recover():
+        for r in records:
+            fresh.replay(r)
+    assert [b for s in fresh.logs[(ORG, "t", 0)].segments for b in s.batches] == before
+
+
+def test_an_entry_too_large_to_recover_is_refused_and_not_written(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from rafka.shard import wal as wal_module
+
+    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never", segment_bytes=400)
+    monkeypatch.setattr(wal_module, "MAX_ENTRY", 100)
+    data = build_batch([SimpleRecord(b"k", b"v" * 200, 0)])
+    with pytest.raises(WalError):
+        wal.append([Record(RecordType.PARTITION_BATCH, (ORG, "t", 0), {"batch": data, "append_ms": 0, "roll": False})])
+    assert sum(f.stat().st_size for f in tmp_path.rglob("*.wal")) == 0
+
+
+def test_a_truncation_that_rolled_out_of_the_active_segment_keeps_its_own_segment(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="batch", segment_bytes=400)
+    logs = LogManager(coordinator_partitions=PARTITIONS)
+
+    def write(records: list[Record]) -> None:
+        wal.append(records)
+        for r in records:
+            logs.replay(r)
+        fut = wal.commit()
+        if fut is not None:
+            fut.result()
+
+    def produce(seq: int, pid: int) -> None:
+        data = build_batch([SimpleRecord(b"k", b"v" * 50, seq)], producer_id=pid, producer_epoch=0, base_sequence=seq)
+        write(logs.produce(ORG, {"acks": -1, "partitions": [{"topic": "t", "partition": 0, "records": data}]}, 0)[0])
+
+    for seq in range(5):
+        produce(seq, pid=5)
+    write(logs.delete_records(ORG, {"partitions": [{"topic": "t", "partition": 0, "offset": 5}]})[0])
+    for seq in range(3):  # another producer: the truncation's segment rolls, then its drop runs
+        produce(seq, pid=6)
+    wal.close()
+    fresh = LogManager(coordinator_partitions=PARTITIONS)
+    for records in Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never", segment_bytes=400).recover():
+        for r in records:
+            fresh.replay(r)
+    log = fresh.logs[(ORG, "t", 0)]
+    assert (log.log_start_offset, log.log_end_offset) == (5, 8)
+    assert log.producers.entries[5].last_seq == 4, "producer 5's state, held by the truncation record, survives"

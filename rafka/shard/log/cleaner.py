@@ -38,6 +38,7 @@ from rafka.shard.log.config import INT64_MAX, LogConfig
 from rafka.shard.log.partition import PartitionLog, Segment
 
 log = logging.getLogger("rafka.log")
+MAX_CLEANED_BYTES = 192 * 1024 * 1024  # a clean is one WAL entry, and recovery reads entries of up to 256 MiB
 
 
 @dataclass(slots=True)
@@ -45,6 +46,7 @@ class CleanJob:
     """What a clean of one log reads, taken on the shard's loop, so that ``run`` may go on in
     another thread while the loop appends: the cleanable segments are sealed and never change."""
 
+    log: PartitionLog  # read on the loop only
     segments: list[Segment]
     first_dirty: int
     log_start: int
@@ -84,31 +86,40 @@ def needs_cleaning(plog: PartitionLog, segments: list[Segment], now_ms: int) -> 
 
 def due(plog: PartitionLog, now_ms: int) -> CleanJob | None:
     """The clean this log is due, or None."""
-    if not plog.config.compact:
+    if not plog.config.compact or plog.uncleanable:
         return None
     segments = cleanable_segments(plog, now_ms)
     if not segments or not needs_cleaning(plog, segments, now_ms):
         return None
     last_batch = {pid: e.batches[-1].last_offset for pid, e in plog.producers.entries.items() if e.batches}
-    return CleanJob(segments, plog.first_dirty_offset, plog.log_start_offset, plog.config, list(plog.aborted_txns),
+    return CleanJob(plog, segments, plog.first_dirty_offset, plog.log_start_offset, plog.config, list(plog.aborted_txns),
                     last_batch, now_ms)
 
 
 def run(job: CleanJob) -> dict[str, Any] | None:
     """``{upto, segments: [[base, next, created_ms, retention_ts, [batch, ...]], ...]}``: the
-    cleaned form of every segment below ``upto``; None if a batch does not decode."""
+    cleaned form of every segment below ``upto``; None if a batch does not decode or the
+    result is too large to write."""
     upto = job.segments[-1].next_offset
     try:
-        return {"upto": upto, "segments": _Clean(job, upto).run()}
+        segments = _Clean(job, upto).run()
     except CorruptRecordError as exc:  # stored before records were checked: leave the log as it is
         log.error("not compacting a partition log: a batch does not decode (%s)", exc)
         return None
+    size = sum(len(b) for seg in segments for b in seg[4])
+    if size > MAX_CLEANED_BYTES:
+        log.error("not compacting a partition log: its cleaned part (%d bytes) exceeds the %d bytes one "
+                  "write-ahead-log entry may hold", size, MAX_CLEANED_BYTES)
+        return None
+    return {"upto": upto, "segments": segments}
 
 
 def still_valid(plog: PartitionLog, job: CleanJob) -> bool:
-    """Whether ``job``'s result still fits ``plog``: no clean, retention or deletion since."""
+    """Whether ``job``'s result still fits ``plog``: no clean, retention, deletion or config
+    change since."""
     live = {id(s) for s in plog.segments}
-    return plog.first_dirty_offset == job.first_dirty and all(id(s) in live for s in job.segments)
+    return (plog is job.log and plog.first_dirty_offset == job.first_dirty and plog.config is job.config
+            and all(id(s) in live for s in job.segments))
 
 
 class _Clean:
@@ -116,7 +127,7 @@ class _Clean:
 
     def __init__(self, job: CleanJob, upto: int) -> None:
         self.job, self.now_ms, self.upto, self.last_batch = job, job.now_ms, upto, job.last_batch
-        self.horizon = job.now_ms + job.config.delete_retention_ms
+        self.horizon = min(job.now_ms + job.config.delete_retention_ms, INT64_MAX)
         self.aborted: dict[int, list[tuple[int, int]]] = {}
         for pid, first, last in job.aborted:
             self.aborted.setdefault(pid, []).append((first, last))

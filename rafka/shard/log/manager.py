@@ -464,7 +464,10 @@ class LogManager:
         since its job was taken. It also carries the log's state, as a truncation does, since
         the write-ahead log then deletes the segments it replaces."""
         log = self.logs.get(key)
-        if cleaned is None or log is None or not cleaner.still_valid(log, job):
+        if log is None or not cleaner.still_valid(log, job):
+            return None
+        if cleaned is None:  # as Kafka's LogCleanerManager.markPartitionUncleanable, until a restart
+            log.uncleanable = True
             return None
         return Record(RecordType.PARTITION_COMPACTED, key, {**_truncate(log, log.log_start_offset), **cleaned})
 

@@ -125,6 +125,7 @@ class PartitionLog:
         self.ongoing_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.aborted_txns: list[tuple[int, int, int]] = []  # (producer id, first, last offset), by last
         self.first_dirty_offset = 0  # where the last compaction ended (Kafka's cleaner checkpoint)
+        self.uncleanable = False  # a clean failed: not tried again until a restart (not replayed state)
 
     # ------------------------------------------------------------------ state
 
@@ -333,9 +334,12 @@ class PartitionLog:
         if fetch_offset >= limit:
             return Errors.NONE, out
         si = bisect.bisect_right(self.segments, fetch_offset, key=lambda s: s.base_offset) - 1
-        bi = max(bisect.bisect_right(self.segments[si].base_offsets, fetch_offset) - 1, 0)
-        if fetch_offset >= self.segments[si].next_offset:  # in a gap (see apply_batch): the next segment
-            si, bi = si + 1, 0
+        if si < 0:  # below the first segment: a clean emptied the oldest ones
+            si, bi = 0, 0
+        else:
+            bi = max(bisect.bisect_right(self.segments[si].base_offsets, fetch_offset) - 1, 0)
+            if fetch_offset >= self.segments[si].next_offset:  # in a gap (see apply_batch): the next segment
+                si, bi = si + 1, 0
         total, first = 0, True
         for seg in self.segments[si:]:
             for j, batch in enumerate(seg.batches[bi:], bi):
