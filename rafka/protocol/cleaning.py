@@ -26,14 +26,12 @@ from rafka.protocol.records import (
     MAGIC_V2,
     NO_TIMESTAMP,
     BatchHeader,
-    CompressionType,
-    CorruptRecordError,
     _read_nullable,
     _read_varint,
     _zigzag_varint,
     compress,
     compute_crc,
-    decompress,
+    record_bodies,
 )
 
 DELETE_HORIZON_BIT = 0x40  # DefaultRecordBatch.DELETE_HORIZON_FLAG_MASK
@@ -59,24 +57,14 @@ def delete_horizon(header: BatchHeader) -> int | None:
 
 def raw_records(header: BatchHeader, batch: bytes | memoryview) -> list[RawRecord]:
     """The records of ``batch``; ``CorruptRecordError`` if they do not decode."""
-    view = memoryview(batch)[BATCH_HEADER_SIZE : header.size_in_bytes]
-    if header.compression != CompressionType.NONE:
-        view = decompress(header.compression, view)
     out = []
-    pos = 0
-    for _ in range(header.records_count):
-        length, pos = _read_varint(view, pos)
-        end = pos + length
-        if length < 2 or end > len(view):
-            raise CorruptRecordError("record length runs past the batch")
-        attributes = view[pos]
-        ts_delta, rest = _read_varint(view, pos + 1)
-        offset_delta, at = _read_varint(view, rest)
-        key, at = _read_nullable(view, at)
-        value_length, _ = _read_varint(view, at)
+    for body in record_bodies(header, batch):
+        ts_delta, rest = _read_varint(body, 1)  # after the attributes byte (raises on a body too short)
+        offset_delta, at = _read_varint(body, rest)
+        key, at = _read_nullable(body, at)
+        value_length, _ = _read_varint(body, at)
         out.append(RawRecord(header.base_offset + offset_delta, header.base_timestamp + ts_delta, key,
-                             value_length < 0, attributes, view[rest:end]))
-        pos = end
+                             value_length < 0, body[0], body[rest:]))
     return out
 
 

@@ -150,6 +150,11 @@ def parse_header(batch: bytes | bytearray | memoryview, offset: int = 0) -> Batc
     return BatchHeader._make(_HEADER.unpack_from(batch, offset))
 
 
+def batch_last_offset(batch: bytes | bytearray | memoryview) -> int:
+    """baseOffset + lastOffsetDelta, read straight from the header bytes (no full unpack)."""
+    return int.from_bytes(batch[0:8], "big", signed=True) + int.from_bytes(batch[23:27], "big", signed=True)
+
+
 def split_batches(data: bytes | bytearray | memoryview) -> list[memoryview]:
     """Frame ``data`` into zero-copy batch views; raise ``CorruptRecordError`` on bad framing.
 
@@ -426,10 +431,9 @@ def _decompress_into(module: Any, data: bytes | memoryview, limit: int) -> memor
             size = min(limit, size * 4)
 
 
-def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[SimpleRecord]:
-    """Decode the records of a batch, decompressing them first (``CorruptRecordError`` if they
-    do not decode)."""
-    header = parse_header(batch)
+def record_bodies(header: BatchHeader, batch: bytes | bytearray | memoryview) -> Iterator[memoryview]:
+    """Each record of a batch, without its length prefix, decompressed first
+    (``CorruptRecordError`` if they do not decompress or a length runs past the batch)."""
     view = memoryview(batch)[BATCH_HEADER_SIZE : header.size_in_bytes]
     if header.compression != CompressionType.NONE:
         view = decompress(header.compression, view)
@@ -439,18 +443,26 @@ def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[SimpleRecord
         end = pos + length
         if length < 0 or end > len(view):
             raise CorruptRecordError("record length runs past the batch")
-        pos += 1  # record attributes
-        ts_delta, pos = _read_varint(view, pos)
-        offset_delta, pos = _read_varint(view, pos)
-        key, pos = _read_nullable(view, pos)
-        value, pos = _read_nullable(view, pos)
-        count, pos = _read_varint(view, pos)
+        yield view[pos:end]
+        pos = end
+
+
+def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[SimpleRecord]:
+    """Decode the records of a batch, decompressing them first (``CorruptRecordError`` if they
+    do not decode)."""
+    header = parse_header(batch)
+    for body in record_bodies(header, batch):
+        ts_delta, pos = _read_varint(body, 1)  # after the record attributes
+        offset_delta, pos = _read_varint(body, pos)
+        key, pos = _read_nullable(body, pos)
+        value, pos = _read_nullable(body, pos)
+        count, pos = _read_varint(body, pos)
         headers = []
         for _ in range(count):
-            hkey, pos = _read_nullable(view, pos)
-            hvalue, pos = _read_nullable(view, pos)
+            hkey, pos = _read_nullable(body, pos)
+            hvalue, pos = _read_nullable(body, pos)
             headers.append(((hkey or b"").decode("utf-8", "replace"), hvalue))  # Kafka does not check keys
-        if pos != end:
+        if pos != len(body):
             raise CorruptRecordError("record length does not match its fields")
         yield SimpleRecord(
             key, value, header.base_timestamp + ts_delta, tuple(headers), header.base_offset + offset_delta

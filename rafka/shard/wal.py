@@ -58,6 +58,7 @@ import crc32c
 import msgpack
 
 from rafka import ids
+from rafka.protocol.records import batch_last_offset
 from rafka.shard.records import Record, RecordType
 
 log = logging.getLogger("rafka.wal")
@@ -236,8 +237,7 @@ class Stream:
         if record.type == RecordType.PARTITION_COMPACTED:  # it stands for the whole log below ``upto``
             last = int(record.value["upto"]) - 1
         else:
-            batch = record.value["batch"]
-            last = int.from_bytes(batch[0:8], "big", signed=True) + int.from_bytes(batch[23:27], "big", signed=True)
+            last = batch_last_offset(record.value["batch"])
         self.segment_last_offset[seq] = max(self.segment_last_offset.get(seq, -1), last)
 
     def sync(self) -> None:
@@ -253,7 +253,7 @@ class Stream:
         with self.lock:
             for path in self.segments():
                 seq = int(path.stem)
-                if seq >= min(before, self.seq) or self.segment_last_offset.get(seq, -1) >= log_start_offset:
+                if seq >= before or self.segment_last_offset.get(seq, -1) >= log_start_offset:
                     break
                 path.unlink(missing_ok=True)
                 self.segment_last_offset.pop(seq, None)

@@ -126,7 +126,7 @@ class _Clean:
     """One pass over a job's segments."""
 
     def __init__(self, job: CleanJob, upto: int) -> None:
-        self.job, self.now_ms, self.upto, self.last_batch = job, job.now_ms, upto, job.last_batch
+        self.job, self.upto = job, upto
         self.horizon = min(job.now_ms + job.config.delete_retention_ms, INT64_MAX)
         self.aborted: dict[int, list[tuple[int, int]]] = {}
         for pid, first, last in job.aborted:
@@ -183,7 +183,7 @@ class _Clean:
         if not records:  # emptied by an earlier clean: kept only while a rule still keeps it
             return self.empty_or_none(h)
         kept = [r for r in records if r.key is not None and r.offset >= latest.get(r.key, -1)
-                and not (r.tombstone and horizon is not None and self.now_ms >= horizon)]
+                and not (r.tombstone and horizon is not None and self.job.now_ms >= horizon)]
         stamp = horizon is None and any(r.tombstone for r in kept)
         if len(kept) == len(records) and not stamp:
             return batch
@@ -199,11 +199,11 @@ class _Clean:
         horizon = delete_horizon(h)
         if horizon is None:
             return rebuild_batch(h, raw_records(h, batch), self.horizon)
-        return batch if self.now_ms < horizon else self.empty_or_none(h)
+        return batch if self.job.now_ms < horizon else self.empty_or_none(h)
 
     def empty_or_none(self, h: BatchHeader) -> bytes | None:
         """An emptied batch: kept as a header if a producer's last batch or the range's end."""
-        if h.last_offset + 1 == self.upto or (h.has_producer_id and self.last_batch.get(h.producer_id) == h.last_offset):
+        if h.last_offset + 1 == self.upto or (h.has_producer_id and self.job.last_batch.get(h.producer_id) == h.last_offset):
             return empty_batch(h)
         return None
 

@@ -481,9 +481,7 @@ class LogManager:
         elif record.type == RecordType.PARTITION_TRUNCATE:
             self._replay_truncate(key, record.value)
         elif record.type == RecordType.PARTITION_COMPACTED:
-            log = self._restored(key, record.value)
-            log.apply_compaction(record.value)
-            log.log_start_offset = record.value["log_start_offset"]  # replay may have begun past it
+            self._restored(key, record.value).apply_compaction(record.value)
         elif record.type == RecordType.TOPIC_DROPPED:
             topic = (key[0], key[1])
             self.dropped[topic] = max(self.dropped.get(topic, 0), int(record.value))

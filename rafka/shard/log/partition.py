@@ -57,6 +57,7 @@ from rafka.protocol.records import (
     BatchHeader,
     CorruptRecordError,
     InvalidRecordError,
+    batch_last_offset,
     build_control_batch,
     control_type,
     decompress,
@@ -273,11 +274,10 @@ class PartitionLog:
                 _add(seg, bytes(batch))
             cleaned.append(seg)
         rest = [seg if seg.base_offset >= upto else _trimmed(seg, upto)
-                for seg in self.segments if seg.next_offset > upto and seg.batches]
-        if not rest or not self.segments[-1].batches and self.segments[-1].base_offset >= upto:
-            rest.append(Segment(max(upto, self.log_end_offset)))  # the active segment, empty
-        self.segments = cleaned + rest
+                for seg in self.segments if seg.base_offset >= upto or seg.next_offset > upto]
+        self.segments = cleaned + (rest or [Segment(max(upto, self.log_end_offset))])  # the active one
         self.first_dirty_offset = upto
+        self.log_start_offset = int(value["log_start_offset"])  # replay may have begun past it
         keep = {parse_header(b).last_offset for seg in cleaned for b in seg.batches} if self.aborted_txns else set()
         self.aborted_txns = [t for t in self.aborted_txns if t[2] >= upto or t[2] in keep]
 
@@ -344,7 +344,7 @@ class PartitionLog:
         for seg in self.segments[si:]:
             for j, batch in enumerate(seg.batches[bi:], bi):
                 if first:
-                    if _last_offset(batch) < fetch_offset:
+                    if batch_last_offset(batch) < fetch_offset:
                         continue  # compaction removed the rest of this batch: the next one, as Kafka
                     first = False
                 if seg.base_offsets[j] >= limit:
@@ -434,11 +434,6 @@ def _trimmed(seg: Segment, upto: int) -> Segment:
             _add(out, batch)
     out.next_offset = max(out.next_offset, seg.next_offset)
     return out
-
-
-def _last_offset(batch: bytes) -> int:
-    """baseOffset + lastOffsetDelta, read straight from the header."""
-    return int.from_bytes(batch[0:8], "big", signed=True) + int.from_bytes(batch[23:27], "big", signed=True)
 
 
 class AppendError(Exception):
