@@ -269,3 +269,18 @@ def test_a_delete_retention_of_forever_keeps_tombstones_and_still_cleans() -> No
     log.put((b"b", b"1"))
     assert len(log.clean()) == 1
     assert [(o, k, v) for o, k, v, _ in log.fetch()[1]] == [(1, b"a", None), (2, b"b", b"1")]
+
+
+def test_a_timestamp_lookup_finds_a_record_the_clean_left_not_one_it_removed() -> None:
+    log = Log({"message.timestamp.type": "LogAppendTime"})
+    log.put((b"a", b"1"), (b"b", b"1"))  # appended at 1010: a at 0 is removed below
+    log.put((b"a", b"2"))
+    log.put((b"z", b"1"))
+    log.clean()
+
+    def lookup(timestamp: int) -> tuple[int, int]:
+        [p] = log.manager.list_offsets(ORG, {"partitions": [{"topic": "t", "partition": 0, "timestamp": timestamp}]})[
+            "partitions"]
+        return p["offset"], p["timestamp"]
+
+    assert lookup(1000) == (1, 1010) and lookup(1015) == (2, 1020)

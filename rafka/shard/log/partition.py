@@ -78,6 +78,7 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 _MAGIC_OFFSET = 16
+_NO_RECORDS = bytes(4)  # recordsCount 0, bytes [57, 61) of a batch
 
 
 @dataclass(slots=True)
@@ -365,7 +366,8 @@ class PartitionLog:
                 continue
             first = max(bisect.bisect_right(seg.base_offsets, self.log_start_offset) - 1, 0)
             for i in range(first, len(seg.batches)):
-                yield seg.batches[i], seg.max_timestamps[i]
+                if seg.batches[i][57:61] != _NO_RECORDS:  # not a header a clean emptied
+                    yield seg.batches[i], seg.max_timestamps[i]
 
     def list_offset(self, timestamp: int) -> tuple[int, int]:
         """ListOffsets for one timestamp: ``(offset, timestamp)``, ``(-1, -1)`` if none.
@@ -395,21 +397,19 @@ class PartitionLog:
 
     def _find_in_batch(self, batch: bytes, timestamp: int, *, exact: bool) -> tuple[int, int]:
         """First record (at/after log start) with ts == (exact) or >= ``timestamp``; every
-        record of a LogAppendTime batch has the batch's max timestamp."""
+        record of a LogAppendTime batch has the batch's max timestamp. Records a clean removed
+        are not found: the first one left is."""
         header = parse_header(batch)
-        if header.is_log_append_time:
-            return max(header.base_offset, self.log_start_offset), header.max_timestamp
         try:
             records = list(iter_records(batch))
         except (ValueError, IndexError):  # stored before records were checked: judge by the header
             return max(header.base_offset, self.log_start_offset), header.max_timestamp
         for record in records:
-            if record.offset < self.log_start_offset:
-                continue
-            if record.timestamp == timestamp or (not exact and record.timestamp >= timestamp):
-                return record.offset, record.timestamp
-        if exact:  # the batch header claims a max the records do not carry (e.g. LogAppendTime)
-            return max(header.base_offset, self.log_start_offset), header.max_timestamp
+            ts = header.max_timestamp if header.is_log_append_time else record.timestamp
+            if record.offset >= self.log_start_offset and (ts == timestamp or (not exact and ts >= timestamp)):
+                return record.offset, ts
+        if exact and records:  # the batch header claims a max the records do not carry
+            return max(records[0].offset, self.log_start_offset), header.max_timestamp
         return -1, -1
 
 
