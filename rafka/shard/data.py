@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,6 @@ class DataPlane:
         self.timer = timer
         self.retention_check_ms = retention_check_ms
         self.cleaner_backoff_ms = cleaner_backoff_ms
-        self._cleaner: ThreadPoolExecutor | None = None
         self._cleaning: tuple[tuple[str, str, int], cleaner.CleanJob, Future[dict[str, Any] | None]] | None = None
         self.parked: dict[str, ParkedFetch] = {}
         self.watchers: dict[tuple[str, str, int], set[str]] = {}
@@ -208,9 +208,7 @@ class DataPlane:
         due = self.logs.due_cleans(now_ms)
         if due:
             key, job = due[0]
-            if self._cleaner is None:
-                self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="log-cleaner")
-            self._cleaning = (key, job, self._cleaner.submit(cleaner.run, job))
+            self._cleaning = (key, job, _in_thread(cleaner.run, job))
         self.timer.schedule("log-cleaner", CLEANER_POLL_MS if due else self.cleaner_backoff_ms, self.clean)
         return records
 
@@ -272,6 +270,21 @@ class DataPlane:
                     del self.watchers[key]
         parked.respond(plain(resp if resp is not None else self.logs.fetch(parked.org_id, parked.op)))
         return []
+
+
+def _in_thread(fn: Callable[[Any], Any], arg: Any) -> Future[Any]:
+    """``fn(arg)`` in a daemon thread: a clean writes nothing itself, so a shard exiting mid-clean
+    need not wait for it."""
+    fut: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            fut.set_result(fn(arg))
+        except BaseException as exc:
+            fut.set_exception(exc)
+
+    threading.Thread(target=run, name="log-cleaner", daemon=True).start()
+    return fut
 
 
 def _size(resp: dict[str, Any]) -> int:
