@@ -76,7 +76,7 @@ def main() -> None:
     print(table([
         ["clean (worker thread)", f"{rate:,.0f} rec/s ({ran:.2f} s)", f"{baseline:,.0f} rec/s (decode once)",
          f"{rate / baseline:.2f}x"],
-        ["loop: take the job + write and replay the result", f"{(taken + written) * 1000:.1f} ms", "", ""],
+        ["loop: take the job + make and replay its record", f"{(taken + written) * 1000:.1f} ms", "", ""],
         ["partition bytes before / after", f"{before:,} / {log.size:,}", "", ""],
     ], ["figure", "rafka", "baseline (same run)", "ratio"]))
 
