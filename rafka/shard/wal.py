@@ -34,7 +34,8 @@ roll at ``segment_bytes``; sealed segments are compacted in the background by ke
 (the last value of each (type, key) survives, order kept, and deleted keys go
 altogether), so recovery time and disk are bounded by live state, not history.
 Data streams roll with their size and drop whole segments once the log start offset passes them,
-or once a compaction record (which holds the whole cleaned log below its offset) supersedes them. A data
+or once a compaction record (which holds the whole cleaned log below its offset, and starts a
+segment of its own) supersedes them. A data
 stream whose last record drops its log (the topic deleted) is closed and its files
 and directory removed once the commit that wrote the drop is durable (with it, the
 meta record that remembers the deleted incarnation); sealed segments go first, so
@@ -162,14 +163,15 @@ class Stream:
         self.seq = seq
         self.size = os.fstat(self.fd).st_size
 
-    def append(self, records: list[Record], data: bytes) -> bool:
-        """Append one entry holding ``records``; True when this rolled to a new segment."""
+    def append(self, records: list[Record], data: bytes, roll: bool = False) -> bool:
+        """Append one entry holding ``records`` (in a new segment if ``roll``, or if the current
+        one is full); True when this rolled to a new segment."""
         rolled = False
         with self.lock:
             if self.fd is None:
                 self.dir.mkdir(parents=True, exist_ok=True)
                 self._open(self.seq)
-            if self.size and self.size + len(data) > self.segment_bytes:
+            if self.size and (roll or self.size + len(data) > self.segment_bytes):
                 self._roll()
                 rolled = True
             self._write_all(data)
@@ -396,7 +398,9 @@ class Wal:
             entry = encode_entry(recs)
             if len(entry) > MAX_ENTRY:  # recovery would take it for a torn write
                 raise WalError(f"an entry of {len(entry)} bytes exceeds the {MAX_ENTRY} a segment may hold")
-            rolled = s.append(recs, entry)
+            # a compaction starts a segment: what came before it is sealed, so once it is durable the
+            # segments it supersedes can go and the stream's files follow the live keys
+            rolled = s.append(recs, entry, roll=any(r.type == RecordType.PARTITION_COMPACTED for r in recs))
             self._written.add(s)
             for r in recs:
                 if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:

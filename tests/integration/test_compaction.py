@@ -8,6 +8,7 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -170,3 +171,5 @@ def test_a_compacted_partition_holds_its_live_keys_not_its_history(broker: Rafka
         kafka_admin.close()
     [size] = [q["partition_size"] for q in entry["partitions"]]
     assert size < 25_000, f"the partition holds {size} bytes for 4 live keys of 10 KB (600 KB written)"
+    wal = sum(f.stat().st_size for f in Path(broker.data_dir, "logs").rglob("*.wal") if topic in str(f))
+    assert wal < 200_000, f"the write-ahead log holds {wal} bytes of 600 KB written"

@@ -320,3 +320,29 @@ def test_a_truncation_that_rolled_out_of_the_active_segment_keeps_its_own_segmen
     log = fresh.logs[(ORG, "t", 0)]
     assert (log.log_start_offset, log.log_end_offset) == (5, 8)
     assert log.producers.entries[5].last_seq == 4, "producer 5's state, held by the truncation record, survives"
+
+
+def test_a_compacted_logs_files_follow_its_live_keys_with_full_sized_segments(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never")  # 64 MiB segments
+    logs = LogManager(coordinator_partitions=PARTITIONS)
+    compact = {"cleanup.policy": "compact", "segment.ms": "1"}
+    for i in range(300):  # 4 keys of 1 KB written over and over: 300 KB of history
+        data = build_batch([SimpleRecord(b"k%d" % (i % 4), b"v" * 1000, i * 10)])
+        records = logs.produce(ORG, {"acks": -1, "partitions": [
+            {"topic": "t", "partition": 0, "records": data, "configs": compact}]}, i * 10)[0]
+        if i % 30 == 29:
+            records += logs.clean(i * 10)
+        wal.append(records)
+        for r in records:
+            logs.replay(r)
+        wal.commit()
+    held = sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.wal"))
+    # the live keys, and the 30 KB written since the last clean (as a Kafka log's dirty part)
+    assert held < 60_000, f"{held} bytes of WAL for 4 live keys of 1 KB, 300 KB written"
+    before = [b for s in logs.logs[(ORG, "t", 0)].segments for b in s.batches]
+    wal.close()
+    fresh = LogManager(coordinator_partitions=PARTITIONS)
+    for records in Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never").recover():
+        for r in records:
+            fresh.replay(r)
+    assert [b for s in fresh.logs[(ORG, "t", 0)].segments for b in s.batches] == before
