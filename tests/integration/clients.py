@@ -17,6 +17,18 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def spread_name(prefix: str, partitions: int, shards: int = 2) -> str:
+    """A unique topic name whose partitions' logs live on every one of ``shards`` shards (a
+    random name may put them all on one: 1 in 2**(partitions-1) with two shards)."""
+    from rafka import ids
+
+    while True:
+        name = unique_name(prefix)
+        owners = {ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, name, p), shards) for p in range(partitions)}
+        if len(owners) == shards:
+            return name
+
+
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name]

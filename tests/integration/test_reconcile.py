@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from rafka import ids
-from tests.integration.clients import create_topic, wait_for
+from tests.integration.clients import create_topic, spread_name, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 
@@ -44,14 +44,6 @@ def _victim() -> int:
     """A shard that does not hold the topic catalogue (the catalogue must answer)."""
     catalogue = ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, "\0topics"), SHARDS)
     return 1 - catalogue
-
-
-def _spread_topic(prefix: str) -> str:
-    """A topic name with partitions on both shards."""
-    while True:
-        name = _name(prefix)
-        if len({_owner(name, p) for p in range(PARTITIONS)}) == SHARDS:
-            return name
 
 
 def _shard_up(broker: Rafka, shard: int) -> bool:
@@ -87,7 +79,7 @@ def _log_dirs(broker: Rafka, topic: str) -> dict[int, Path]:
 
 
 def test_a_shard_down_during_delete_topics_drops_the_topics_logs_when_it_is_back(broker: Rafka) -> None:
-    topic, victim = _spread_topic("deleted"), _victim()
+    topic, victim = spread_name("deleted", PARTITIONS, SHARDS), _victim()
     create_topic(broker.bootstrap, topic, PARTITIONS)
     _produce(broker, topic)
     on_victim = {p for p in range(PARTITIONS) if _owner(topic, p) == victim}
@@ -102,7 +94,7 @@ def test_a_shard_down_during_delete_topics_drops_the_topics_logs_when_it_is_back
 
 
 def test_a_shard_down_during_alter_configs_applies_the_new_retention_when_it_is_back(broker: Rafka) -> None:
-    topic, victim = _spread_topic("retained"), _victim()
+    topic, victim = spread_name("retained", PARTITIONS, SHARDS), _victim()
     create_topic(broker.bootstrap, topic, PARTITIONS)
     _produce(broker, topic, timestamp_ms=int(time.time() * 1000) - 3_600_000)  # an hour old: kept for 7 days
     on_victim = [p for p in range(PARTITIONS) if _owner(topic, p) == victim]

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 from confluent_kafka.admin import AdminClient
 
 from rafka import ids
-from tests.integration.clients import Member, consumer, covers_exactly, create_topic, wait_for
+from tests.integration.clients import Member, consumer, covers_exactly, create_topic, spread_name, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import ROOT, free_port
 from tests.rawclient import RawClient
@@ -187,17 +187,6 @@ def test_one_group_with_members_behind_two_gateways(cluster: Cluster) -> None:
         member_b.close()
 
 
-def _spread_name(prefix: str, partitions: int, shards: int = 2) -> str:
-    """A topic name whose partitions' logs live on every shard."""
-    from rafka import ids
-
-    while True:
-        name = _name(prefix)
-        owners = {ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, name, p), shards) for p in range(partitions)}
-        if len(owners) == shards:
-            return name
-
-
 def _produce_40(bootstrap: str, topic: str) -> None:
     """Records b"0".."39" round-robin over a 4-partition topic."""
     producer = Producer({"bootstrap.servers": bootstrap})
@@ -236,8 +225,8 @@ def test_a_gateway_with_stale_metadata_cannot_write_into_a_deleted_topic(cluster
         cluster.wait_ready(port)
     boot_a, boot_b = f"127.0.0.1:{a[1]}", f"127.0.0.1:{b[1]}"
     parts = 4
-    new_first, stale_first = _spread_name("new-first", parts), _spread_name("stale-first", parts)
-    read_first = _spread_name("read-first", parts)
+    new_first, stale_first = spread_name("new-first", parts), spread_name("stale-first", parts)
+    read_first = spread_name("read-first", parts)
     via_b = Producer({"bootstrap.servers": boot_b, "linger.ms": 0})
     for topic in (new_first, stale_first, read_first):
         create_topic(boot_a, topic, parts)
