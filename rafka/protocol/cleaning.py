@@ -10,7 +10,9 @@ the base timestamp becomes the first retained record's timestamp, or the batch's
 drop its tombstones and an empty transaction's marker), and each record's timestamp
 delta is written against it, so every record keeps its timestamp. ``empty_batch`` is
 the 61-byte header Kafka keeps when no record survives but the batch still carries
-a producer's last sequence or the end of the cleaned range.
+a producer's last sequence or the end of the cleaned range. ``recompress_batch``
+rewrites all of a batch's records in another codec, as Kafka's LogValidator does for a
+topic whose ``compression.type`` is not the producer's.
 """
 
 from __future__ import annotations
@@ -68,9 +70,11 @@ def raw_records(header: BatchHeader, batch: bytes | memoryview) -> list[RawRecor
     return out
 
 
-def rebuild_batch(header: BatchHeader, records: Sequence[RawRecord], horizon_ms: int | None) -> bytes:
+def rebuild_batch(header: BatchHeader, records: Sequence[RawRecord], horizon_ms: int | None,
+                  codec: int | None = None, level: int | None = None) -> bytes:
     """``records`` (a subset of the batch's, in order) as one batch like the original, with
-    ``horizon_ms`` as its delete horizon (None: none)."""
+    ``horizon_ms`` as its delete horizon (None: none), in ``codec`` at ``level`` (None: the
+    batch's own codec)."""
     if not records:
         return empty_batch(header)
     base_ts = records[0].timestamp if horizon_ms is None else horizon_ms
@@ -81,10 +85,18 @@ def rebuild_batch(header: BatchHeader, records: Sequence[RawRecord], horizon_ms:
         inner += r.rest
         _zigzag_varint(len(inner), body)
         body += inner
-    data = compress(header.compression, bytes(body))
-    attributes = header.attributes & ~DELETE_HORIZON_BIT | (DELETE_HORIZON_BIT if horizon_ms is not None else 0)
+    codec = header.compression if codec is None else codec
+    data = compress(codec, bytes(body), level)
+    attributes = (header.attributes & ~DELETE_HORIZON_BIT & ~_COMPRESSION_MASK | codec
+                  | (DELETE_HORIZON_BIT if horizon_ms is not None else 0))
     max_ts = header.max_timestamp if header.is_log_append_time else max(r.timestamp for r in records)
     return _pack(header, attributes, base_ts, max_ts, len(records), data)
+
+
+def recompress_batch(header: BatchHeader, batch: bytes | memoryview, codec: int, level: int | None) -> bytes:
+    """``batch`` with its records in ``codec`` at ``level``: the same offsets, producer, sequence,
+    flags and timestamps; ``CorruptRecordError`` if its records do not decode."""
+    return rebuild_batch(header, raw_records(header, batch), None, codec, level)
 
 
 def empty_batch(header: BatchHeader) -> bytes:

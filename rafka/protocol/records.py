@@ -341,19 +341,20 @@ def build_batch(
 _XERIAL = b"\x82SNAPPY\x00"  # snappy-java's stream header (magic, then version and compat ints)
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
     """``data`` compressed as a Kafka producer does with ``codec`` (snappy: one raw block, as
-    librdkafka writes; lz4: the frame format; zstd: one frame)."""
+    librdkafka writes; lz4: the frame format; zstd: one frame), at ``level`` (None: the
+    codec's default)."""
     if codec == CompressionType.NONE:
         return data
     if codec == CompressionType.GZIP:
-        return gzip.compress(data)
+        return gzip.compress(data, 9 if level is None else level)
     if codec == CompressionType.SNAPPY:
         return bytes(cramjam.snappy.compress_raw(data))
     if codec == CompressionType.LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        return bytes(cramjam.lz4.compress(data, level))
     if codec == CompressionType.ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level))
     raise ValueError(f"unknown compression codec {codec}")
 
 

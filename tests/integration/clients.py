@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 import threading
 import time
 import uuid
@@ -112,3 +114,71 @@ def covers_exactly(members: list[Member], partitions: int) -> bool:
     for m in members:
         seen.extend(m.assigned)
     return sorted(seen) == list(range(partitions))
+
+
+# ------------------------------------------------ reading one partition from the start
+
+Row = tuple[int, bytes | None, bytes | None]  # offset, key, value
+
+
+def read_confluent(bootstrap: str, topic: str, start: int = 0) -> list[Row]:
+    """Partition 0 of ``topic`` from ``start`` to its end, read with confluent-kafka."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("g"), "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    c.assign([TopicPartition(topic, 0, start)])
+    rows: list[Row] = []
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        if m.error():
+            break  # partition EOF: everything read
+        rows.append((m.offset(), m.key(), m.value()))
+    c.close()
+    return rows
+
+
+def read_kafka_python(bootstrap: str, topic: str) -> list[Row]:
+    """Partition 0 of ``topic`` from its start, read with kafka-python."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000, enable_auto_commit=False)
+    c.assign([KTP(topic, 0)])
+    c.seek_to_beginning()
+    rows = [(m.offset, m.key, m.value) for m in c]
+    c.close()
+    return rows
+
+
+def read_aiokafka(bootstrap: str, topic: str, end: int) -> list[Row]:
+    """Partition 0 of ``topic`` from its start up to offset ``end``, read with aiokafka."""
+    async def run() -> list[Row]:
+        import aiokafka
+
+        c = aiokafka.AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await c.start()
+        tp = aiokafka.TopicPartition(topic, 0)
+        c.assign([tp])
+        await c.seek_to_beginning(tp)
+        rows: list[Row] = []
+        deadline = time.monotonic() + 15
+        while await c.position(tp) < end and time.monotonic() < deadline:
+            for msgs in (await c.getmany(timeout_ms=300)).values():
+                rows += [(m.offset, m.key, m.value) for m in msgs]
+        await c.stop()
+        return rows
+
+    return asyncio.run(run())
+
+
+def read_kcat(bootstrap: str, topic: str) -> list[Row]:
+    """Partition 0 of ``topic`` from its start to its end, read with kcat (text values)."""
+    out = subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
+                          "-Z", "-f", "%o|%k|%S|%s\n"], check=True, capture_output=True, timeout=30)
+    rows = []
+    for line in out.stdout.decode().splitlines():
+        offset, key, size, value = line.split("|", 3)
+        rows.append((int(offset), key.encode(), None if size == "-1" else value.encode()))
+    return rows

@@ -4,17 +4,16 @@ compacted log. confluent-kafka produces; confluent-kafka, kafka-python, aiokafka
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.clients import Row, read_aiokafka, read_confluent, read_kafka_python, read_kcat
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 
@@ -24,7 +23,6 @@ pytestmark = pytest.mark.integration
 # segment (with Kafka's ratio of 0.5, how much is cleaned when would depend on the timing)
 CONFIGS = {"cleanup.policy": "compact", "segment.ms": "100", "delete.retention.ms": "1500",
            "min.cleanable.dirty.ratio": "0.01"}
-Row = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
 
 @pytest.fixture(scope="module")
@@ -40,65 +38,6 @@ def _round(producer: Producer, topic: str, rows: list[tuple[bytes, bytes | None]
         producer.produce(topic, value, key=key, partition=0)
     producer.flush(15)
     time.sleep(0.15)
-
-
-def _confluent(bootstrap: str, topic: str, start: int = 0) -> list[Row]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": _name("g"), "enable.auto.commit": False,
-                  "enable.partition.eof": True})
-    c.assign([TopicPartition(topic, 0, start)])
-    rows: list[Row] = []
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        m = c.poll(0.2)
-        if m is None:
-            continue
-        if m.error():
-            break  # partition EOF: everything read
-        rows.append((m.offset(), m.key(), m.value()))
-    c.close()
-    return rows
-
-
-def _kafka_python(bootstrap: str, topic: str) -> list[Row]:
-    from kafka import KafkaConsumer
-    from kafka import TopicPartition as KTP
-
-    c = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000, enable_auto_commit=False)
-    c.assign([KTP(topic, 0)])
-    c.seek_to_beginning()
-    rows = [(m.offset, m.key, m.value) for m in c]
-    c.close()
-    return rows
-
-
-def _aiokafka(bootstrap: str, topic: str, end: int) -> list[Row]:
-    async def run() -> list[Row]:
-        import aiokafka
-
-        c = aiokafka.AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-        await c.start()
-        tp = aiokafka.TopicPartition(topic, 0)
-        c.assign([tp])
-        await c.seek_to_beginning(tp)
-        rows: list[Row] = []
-        deadline = time.monotonic() + 15
-        while await c.position(tp) < end and time.monotonic() < deadline:
-            for msgs in (await c.getmany(timeout_ms=300)).values():
-                rows += [(m.offset, m.key, m.value) for m in msgs]
-        await c.stop()
-        return rows
-
-    return asyncio.run(run())
-
-
-def _kcat(bootstrap: str, topic: str) -> list[Row]:
-    out = subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q",
-                          "-Z", "-f", "%o|%k|%S|%s\n"], check=True, capture_output=True, timeout=30)
-    rows = []
-    for line in out.stdout.decode().splitlines():
-        offset, key, size, value = line.split("|", 3)
-        rows.append((int(offset), key.encode(), None if size == "-1" else value.encode()))
-    return rows
 
 
 def _wait_for(read: Any, expected: list[Row], what: str) -> None:
@@ -126,12 +65,12 @@ def test_every_client_reads_the_compacted_log_and_a_restart_keeps_it(broker: Raf
     _round(p, topic, [(b"k7", None)])  # 32: a tombstone
     _round(p, topic, [(b"end", b"x")])  # 33: the active segment, never cleaned
     expected = [(24 + i, k, b"v3-" + k) for i, k in enumerate(keys[:7])] + [(32, b"k7", None), (33, b"end", b"x")]
-    _wait_for(lambda: _confluent(broker.bootstrap, topic), expected, "confluent-kafka after a clean")
-    assert _kafka_python(broker.bootstrap, topic) == expected
-    assert _aiokafka(broker.bootstrap, topic, 34) == expected
-    assert _kcat(broker.bootstrap, topic) == expected
+    _wait_for(lambda: read_confluent(broker.bootstrap, topic), expected, "confluent-kafka after a clean")
+    assert read_kafka_python(broker.bootstrap, topic) == expected
+    assert read_aiokafka(broker.bootstrap, topic, 34) == expected
+    assert read_kcat(broker.bootstrap, topic) == expected
     # a consumer positioned on a removed offset gets the next record
-    assert _confluent(broker.bootstrap, topic, start=3) == expected
+    assert read_confluent(broker.bootstrap, topic, start=3) == expected
 
     time.sleep(1.6)  # past the tombstone's delete horizon; new data makes the log dirty again
     _round(p, topic, [(k, b"v4-" + k) for k in keys[:4]])  # 34..37
@@ -139,12 +78,12 @@ def test_every_client_reads_the_compacted_log_and_a_restart_keeps_it(broker: Raf
     # the tombstone is gone; end=x stays while end=y is in the active segment
     expected = ([(28 + i, k, b"v3-" + k) for i, k in enumerate(keys[4:7])] + [(33, b"end", b"x")]
                 + [(34 + i, k, b"v4-" + k) for i, k in enumerate(keys[:4])] + [(38, b"end", b"y")])
-    _wait_for(lambda: _confluent(broker.bootstrap, topic), expected, "confluent-kafka after the horizon")
+    _wait_for(lambda: read_confluent(broker.bootstrap, topic), expected, "confluent-kafka after the horizon")
 
     broker.kill_all()
     broker.start()
-    assert _confluent(broker.bootstrap, topic) == expected
-    assert _kcat(broker.bootstrap, topic) == expected
+    assert read_confluent(broker.bootstrap, topic) == expected
+    assert read_kcat(broker.bootstrap, topic) == expected
 
 
 def test_a_compacted_partition_holds_its_live_keys_not_its_history(broker: Rafka) -> None:
@@ -162,7 +101,7 @@ def test_a_compacted_partition_holds_its_live_keys_not_its_history(broker: Rafka
     p.produce(topic, b"last", key=b"end", partition=0)
     p.flush(15)
     time.sleep(1.0)  # a few cleaner passes
-    rows = _confluent(broker.bootstrap, topic)
+    rows = read_confluent(broker.bootstrap, topic)
     assert [(k, v[:2]) for _, k, v in rows] == [(b"k%d" % k, b"59") for k in range(4)] + [(b"end", b"la")]
     kafka_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:

@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
 
+from tests.integration.clients import Row, read_aiokafka, read_confluent, read_kafka_python, read_kcat
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.rawclient import RawClient
@@ -201,3 +202,54 @@ def test_records_inside_compressed_batches_are_looked_at(rafka: Rafka, codec: st
     tp = TopicPartition(plain, 0)
     assert admin.list_offsets({tp: OffsetSpec.for_timestamp(base + 12_500)})[tp].result(10).offset == 13
     assert admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(10).offset == 20
+
+
+def test_a_topic_compression_type_recompresses_what_producers_send(rafka: Rafka) -> None:
+    """compression.type=zstd: uncompressed and gzip batches are stored in zstd (the partition
+    takes a fraction of an uncompressed topic's bytes) and every client reads them back."""
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient
+
+    zstd, plain = _name("zstd"), _name("plain")
+    _create(rafka.bootstrap, zstd, {"compression.type": "zstd"})
+    _create(rafka.bootstrap, plain, {})
+    expected: list[Row] = []
+    p = Producer({"bootstrap.servers": rafka.bootstrap, "compression.type": "none", "linger.ms": 20})
+    for i in range(150):
+        value = (b"reading %d; " % i) * 80
+        p.produce(zstd, value, key=b"c%d" % i, partition=0)
+        p.produce(plain, value, key=b"c%d" % i, partition=0)
+        expected.append((i, b"c%d" % i, value))
+    p.flush(15)
+    kp = KafkaProducer(bootstrap_servers=rafka.bootstrap, compression_type="gzip", linger_ms=20)
+    for i in range(20):
+        kp.send(zstd, (b"gzip %d; " % i) * 50, key=b"g%d" % i, partition=0)
+        expected.append((150 + i, b"g%d" % i, (b"gzip %d; " % i) * 50))
+    kp.flush(15)
+    kp.close()
+    assert read_confluent(rafka.bootstrap, zstd) == expected
+    assert read_kafka_python(rafka.bootstrap, zstd) == expected
+    assert read_aiokafka(rafka.bootstrap, zstd, 170) == expected
+    assert read_kcat(rafka.bootstrap, zstd) == expected
+    admin = KafkaAdminClient(bootstrap_servers=rafka.bootstrap)
+    try:
+        sizes = {t["name"]: t["partitions"][0]["partition_size"]
+                 for t in admin.describe_log_dirs()[0]["log_dirs"][0]["topics"] if t["name"] in (zstd, plain)}
+    finally:
+        admin.close()
+    assert sizes[zstd] * 10 < sizes[plain], sizes
+
+    def fetch(version: int) -> dict[str, Any]:
+        part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+                "log_start_offset": -1}
+        with RawClient("127.0.0.1", rafka.port) as raw:
+            resp = raw.request(1, version, {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                                            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                                            "topics": [{"topic": zstd, "partitions": [part]}],
+                                            "forgotten_topics_data": []})
+        return resp["responses"][0]["partitions"][0]
+
+    # Kafka: a client fetching below v10 predates zstd (KIP-110); v10 gets the batches, in zstd
+    assert fetch(9)["error_code"] == 76  # UNSUPPORTED_COMPRESSION_TYPE
+    answer = fetch(10)
+    assert answer["error_code"] == 0 and answer["records"][22] & 0x07 == 4

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rafka.protocol.records import CompressionType, SimpleRecord, build_batch, parse_header
+from rafka.protocol.records import CompressionType, SimpleRecord, build_batch, iter_records, parse_header
 from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.partition import PartitionLog
@@ -183,3 +183,69 @@ def test_retention_uses_append_time_when_batch_has_no_timestamp() -> None:
     log = PartitionLog()
     append(log, build_batch([SimpleRecord(None, b"x", -1)]), now_ms=5000)
     assert log.segments[0].retention_timestamp == 5000
+
+
+# ---------------------------------------------------------------- compression.type
+
+def _stored(log: PartitionLog) -> tuple[Any, list[SimpleRecord]]:
+    data = log.segments[-1].batches[-1]
+    return parse_header(data), list(iter_records(data))
+
+
+@pytest.mark.parametrize("topic_codec", ["gzip", "snappy", "lz4", "zstd", "uncompressed"])
+@pytest.mark.parametrize("producer_codec", [CompressionType.NONE, CompressionType.GZIP, CompressionType.ZSTD])
+def test_a_topic_compression_type_stores_every_batch_in_that_codec(topic_codec: str,
+                                                                   producer_codec: CompressionType) -> None:
+    records = [SimpleRecord(b"k%d" % i, b"value %d " % i * 20, 5000 + 7 * i, (("h", b"x"),)) for i in range(50)]
+    sent = build_batch(records, producer_id=7, producer_epoch=2, base_sequence=0, compression=producer_codec,
+                       transactional=True)
+    log = PartitionLog()
+    append(log, batch(3))  # the batch under test lands at offset 3
+    plan = append(log, sent, config=LogConfig.from_overrides({"compression.type": topic_codec}))
+    assert plan.error == Errors.NONE
+    header, stored = _stored(log)
+    want = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[topic_codec]
+    assert header.compression == want
+    assert (header.base_offset, header.last_offset_delta, header.records_count) == (3, 49, 50)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence, header.is_transactional) == (7, 2, 0, True)
+    assert header.max_timestamp == 5000 + 7 * 49
+    assert [(r.key, r.value, r.timestamp, r.headers, r.offset) for r in stored] == [
+        (r.key, r.value, r.timestamp, r.headers, 3 + i) for i, r in enumerate(records)]
+    assert len(log.segments[-1].batches[-1]) == log.segments[-1].size - len(batch(3))
+
+
+def test_compression_type_producer_keeps_the_bytes_as_sent() -> None:
+    sent = batch(5, compression=CompressionType.LZ4)
+    log = PartitionLog()
+    append(log, sent, config=LogConfig.from_overrides({"compression.type": "producer"}))
+    assert log.segments[-1].batches[-1][16:] == sent[16:]  # all but the stamped base offset and leader epoch
+
+
+def test_compression_levels_are_used() -> None:
+    records = [SimpleRecord(None, bytes(range(256)) * 8 + b"%d" % i, 1000) for i in range(200)]
+    sizes = {}
+    for level in ("1", "9"):
+        log = PartitionLog()
+        append(log, build_batch(records), config=LogConfig.from_overrides(
+            {"compression.type": "gzip", "compression.gzip.level": level}))
+        sizes[level] = len(log.segments[-1].batches[-1])
+    assert sizes["9"] < sizes["1"]
+
+
+def test_a_batch_too_large_once_recompressed_is_refused() -> None:
+    sent = batch(200, compression=CompressionType.ZSTD)  # 200 x "v" * 10: small compressed, ~4 KB not
+    config = LogConfig.from_overrides({"compression.type": "uncompressed", "max.message.bytes": "2000"})
+    assert len(sent) < 2000
+    log = PartitionLog()
+    plan = log.prepare_append([sent], 0, config, "t-0")
+    assert plan.error == Errors.MESSAGE_TOO_LARGE and not plan.values
+    assert "which exceeds the maximum configured size of 2000" in plan.message
+
+
+def test_log_append_time_applies_to_a_recompressed_batch() -> None:
+    log = PartitionLog()
+    config = LogConfig.from_overrides({"compression.type": "zstd", "message.timestamp.type": "LogAppendTime"})
+    append(log, batch(4), now_ms=777_000, config=config)
+    header, _ = _stored(log)
+    assert header.compression == CompressionType.ZSTD and header.is_log_append_time
+    assert header.max_timestamp == 777_000

@@ -3,7 +3,8 @@
 Version notes:
 - Produce 3–11: one v2 record batch per partition; acks=0 gets no response; zstd
   batches below v7 get UNSUPPORTED_COMPRESSION_TYPE, as in Kafka (KIP-110).
-- Fetch 4–17: v13+ names topics by id; a fetch spanning several shards parks on
+- Fetch 4–17: v13+ names topics by id; below v10 a topic whose compression.type is
+  zstd is UNSUPPORTED_COMPRESSION_TYPE, as in Kafka (its clients predate zstd); a fetch spanning several shards parks on
   each shard with its share of min_bytes; once the answers hold min_bytes (or
   one has an error) the gateway cancels the others, and while they hold less the
   shards still waiting share what is left (FETCH_RETARGET), so the fetch is
@@ -344,6 +345,8 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
                     "topic_id": str(topic_id) if topic_id else None}
             if epoch_error := _leader_epoch_error(p.get("current_leader_epoch")):
                 refused[(name, p["partition"])] = {"error_code": epoch_error}
+            elif ctx.api_version < 10 and (info.get("configs") or {}).get("compression.type") == "zstd":
+                refused[(name, p["partition"])] = {"error_code": Err.UNSUPPORTED_COMPRESSION_TYPE}
             elif _unconfirmed(ctx.gateway.router, ctx.gateway.router.shard_for_partition(ctx.org_id, name, p["partition"]),
                               part):
                 refused[(name, p["partition"])] = {"error_code": Err.NOT_LEADER_OR_FOLLOWER}

@@ -14,7 +14,8 @@ broker config whose default the topic inherits (``BROKER_SYNONYMS``).
 ``cleanup.policy=compact`` is accepted with Kafka's rules for what a client can see
 (records need keys; time and size retention do not delete; DeleteRecords is refused);
 ``rafka.shard.log.cleaner`` compacts such logs.
-``compression.type`` is stored and described; batches keep the producer's codec.
+``compression.type`` other than ``producer`` makes the log recompress batches in
+another codec (``codec_for``, with the ``compression.*.level`` configs).
 """
 
 from __future__ import annotations
@@ -147,11 +148,12 @@ class ConfigDef:
 
 CONFIGS: dict[str, ConfigDef] = {
     "cleanup.policy": ConfigDef(LIST, "delete", _cleanup_policy, "cleanup_policy"),
-    "compression.gzip.level": ConfigDef(INT, "-1", _gzip_level),
-    "compression.lz4.level": ConfigDef(INT, "9", _int(1, 17)),
+    "compression.gzip.level": ConfigDef(INT, "-1", _gzip_level, "compression_gzip_level"),
+    "compression.lz4.level": ConfigDef(INT, "9", _int(1, 17), "compression_lz4_level"),
     "compression.type": ConfigDef(STRING, "producer",
-                                  _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
-    "compression.zstd.level": ConfigDef(INT, "3", _int(-131072, 22)),
+                                  _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+                                  "compression_type"),
+    "compression.zstd.level": ConfigDef(INT, "3", _int(-131072, 22), "compression_zstd_level"),
     "delete.retention.ms": ConfigDef(LONG, "86400000", _long(0), "delete_retention_ms"),
     "file.delete.delay.ms": ConfigDef(LONG, "60000", _long(0)),
     "flush.messages": ConfigDef(LONG, str(INT64_MAX), _long(1)),
@@ -183,6 +185,8 @@ CONFIGS: dict[str, ConfigDef] = {
     "unclean.leader.election.enable": ConfigDef(BOOLEAN, "false", _boolean),
 }
 
+_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # attribute bits 0-2
+
 _UNCHECKED: dict[int, Callable[[str], Any]] = {INT: int, LONG: int}  # validate=False: the type, not the bounds
 
 
@@ -204,6 +208,10 @@ class LogConfig:
     max_compaction_lag_ms: int = INT64_MAX
     delete_retention_ms: int = 86400000
     min_cleanable_dirty_ratio: float = 0.5
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
 
     @property
     def compact(self) -> bool:
@@ -221,6 +229,16 @@ class LogConfig:
     def delete(self) -> bool:
         """``cleanup.policy`` includes delete: retention and DeleteRecords apply."""
         return "delete" in self.cleanup_policy
+
+    def codec_for(self, source: int) -> tuple[int, int | None]:
+        """The codec and level a batch in codec ``source`` is stored in (Kafka's
+        ``BrokerCompressionType.targetCompression``): the producer's unless ``compression.type``
+        names another, at its ``compression.*.level`` (None for codecs without one)."""
+        if self.compression_type == "producer":
+            return source, None
+        codec = _CODECS[self.compression_type]
+        level = {1: self.compression_gzip_level, 3: self.compression_lz4_level, 4: self.compression_zstd_level}.get(codec)
+        return codec, level
 
     @property
     def log_append_time(self) -> bool:

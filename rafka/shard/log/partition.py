@@ -3,7 +3,8 @@
 How this works (Kafka's UnifiedLog/LocalLog/LogSegment, single replica):
 
 * The log is a list of segments; the last is the *active* one. A segment keeps
-  its batches exactly as producers sent them (baseOffset stamped), their base
+  its batches as producers sent them (baseOffset stamped; in another codec when the
+  topic's ``compression.type`` names one, see ``stored_codec``), their base
   offsets (for bisecting), their max timestamps, its byte size and creation time.
 * ``prepare_append`` validates batches and plans where they go without
   changing anything: each batch gets base offset = log end offset (LEO), which
@@ -49,6 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rafka.protocol.cleaning import recompress_batch
 from rafka.protocol.records import (
     BATCH_HEADER_SIZE,
     CONTROL_ABORT,
@@ -200,6 +202,7 @@ class PartitionLog:
             headers = [validate_client_batch(batch, config.max_message_bytes, name) for batch in batches]
             for batch, header in zip(batches, headers, strict=True):
                 check_records(header, batch, config, now_ms, name)
+            batches = [stored_codec(header, batch, config, name) for batch, header in zip(batches, headers, strict=True)]
         except AppendError as exc:
             return AppendPlan(exc.error, str(exc), record_errors=exc.record_errors)
         if config.log_append_time:
@@ -479,6 +482,23 @@ def validate_client_batch(batch: Any, max_message_bytes: int, name: str = "") ->
     if header.is_transactional and not header.has_producer_id:
         raise AppendError(Errors.INVALID_RECORD, "A transactional batch needs a producer id")
     return header
+
+
+def stored_codec(header: BatchHeader, batch: Any, config: LogConfig, name: str) -> Any:
+    """``batch`` in the codec the topic stores (``compression.type``; Kafka's LogValidator
+    recompresses a batch in another codec), checked again against ``max.message.bytes``."""
+    codec, level = config.codec_for(header.compression)
+    if codec == header.compression:
+        return batch
+    try:
+        batch = recompress_batch(header, batch, codec, level)
+    except (ValueError, IndexError) as exc:  # CorruptRecordError is a ValueError
+        raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name} does not decode: {exc}") from None
+    if len(batch) > config.max_message_bytes:
+        raise AppendError(Errors.MESSAGE_TOO_LARGE, f"Message batch size is {len(batch)} bytes in append to partition "
+                                                    f"{name} which exceeds the maximum configured size of "
+                                                    f"{config.max_message_bytes}.")
+    return batch
 
 
 def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: int, name: str) -> None:
