@@ -6,8 +6,12 @@ for a shard during one loop tick go out as one ZeroMQ message (see ``rafka.rail`
 A reader task per socket resolves futures by request id. There is no per-request
 time cap — a JoinGroup is rightly parked until its rebalance completes — so
 liveness is separate: the router pings every shard; a shard that misses pings for
-``dead_after`` seconds is marked down: its pending calls fail with
-``ShardUnavailable`` and new calls fail at once until it answers again. Produce
+``dead_after`` seconds, or whose connection drops (a ZeroMQ socket monitor: a killed
+process closes it at once), is marked down: its pending calls fail with
+``ShardUnavailable`` and new calls fail at once until it answers again — so nothing
+sent meanwhile waits in ZeroMQ's queue for the next process to run after the client
+gave up on it (a KIP-848 heartbeat run so would hand out a revocation nobody hears,
+and librdkafka follows a timed-out heartbeat with a partial one). Produce
 and transaction-marker calls already sent wait on (``WAIT_OUT_STALL``): a stalled
 shard (a slow disk, a paused process) still runs them, and failing them would tell
 a producer "not written" of a batch that then is, so its retry would duplicate it.
@@ -27,10 +31,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import struct
 import time
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from rafka import ids
 from rafka.rail import Op, SocketPump, Status, pack, unpack
@@ -110,6 +116,7 @@ class ShardRouter:
             sock.connect(ep)
             self._shards.append(_Shard(i, ep, sock))
         self._pinger: asyncio.Task[None] | None = None
+        self._monitors: list[tuple[SocketPump, zmq.Socket]] = []
         self._owners: dict[tuple[Any, ...], int] = {}
 
     @property
@@ -165,12 +172,24 @@ class ShardRouter:
         for s in self._shards:
             self._set_up_gauge(s)
             s.pump = SocketPump(loop, s.sock, lambda frames, s=s: self._on_reply(s, frames[-1]), lambda: None)
+            # a shard process that dies drops its end of the connection at once: fail what it had
+            # (as a Kafka client sees its coordinator's connection close), not after ``dead_after``
+            mon = s.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            mon_pump = SocketPump(loop, mon, lambda frames, s=s: self._on_disconnect(s, frames), lambda: None)
+            mon_pump.poke()  # ZeroMQ's fd is edge-triggered: read EVENTS once to arm it
+            self._monitors.append((mon_pump, mon))
         self._pinger = asyncio.create_task(self._ping_loop())
 
     async def close(self) -> None:
         if self._pinger:
             self._pinger.cancel()
             await asyncio.gather(self._pinger, return_exceptions=True)
+        for s in self._shards:
+            s.sock.disable_monitor()
+        for pump, mon in self._monitors:
+            pump.close()
+            mon.close(0)
+        self._monitors = []
         for s in self._shards:
             if s.pump:
                 s.pump.close()
@@ -230,6 +249,19 @@ class ShardRouter:
                 fut.set_exception(ShardLoading(f"shard {s.index} is loading"))
             else:
                 fut.set_exception(ShardFailed(f"shard {s.index} failed the op: {payload}"))
+
+    def _on_disconnect(self, s: _Shard, frames: list[bytes]) -> None:
+        """A monitor event of ``s``'s socket: a dropped connection marks it down."""
+        try:
+            event = parse_monitor_message(frames)["event"]
+        except (ValueError, KeyError, struct.error):
+            return
+        if event != zmq.EVENT_DISCONNECTED or not s.alive:
+            return
+        log.error("shard %d at %s disconnected: marking it down", s.index, s.endpoint)
+        s.alive = False
+        self._set_up_gauge(s)
+        self._fail_pending(s, ShardUnavailable(f"shard {s.index} disconnected"), keep=WAIT_OUT_STALL)
 
     def _on_pong(self, s: _Shard, ping_id: int, payload: Any) -> None:
         sent_at = s.ping_sent.pop(ping_id, None)

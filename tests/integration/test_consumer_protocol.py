@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -289,3 +290,70 @@ def test_regex_subscriptions_are_re2(broker: Rafka) -> None:
                                     "server_assignor": None, "topic_partitions": []})
             assert r["error_code"] == 128, regex
             assert r["error_message"].startswith(f"SubscribedTopicRegex `{regex}` is not a valid regular expression: ")
+
+
+class TimedMember(Member):
+    """A member that notes when librdkafka sends each ConsumerGroupHeartbeat (from its debug log)."""
+
+    def make_consumer(self, bootstrap: str, group: str, extra: dict[str, Any]) -> Consumer:
+        self.heartbeats: list[float] = []
+        sent = self.heartbeats
+
+        class Sent(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if "Sent ConsumerGroupHeartbeatRequest" in record.getMessage():
+                    sent.append(time.monotonic())
+
+        logger = logging.getLogger(f"hb-{uuid.uuid4().hex[:6]}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(Sent())
+        return super().make_consumer(bootstrap, group, {"debug": "protocol", "logger": logger, **extra})
+
+
+def test_a_revocation_is_not_lost_when_the_groups_shard_is_killed(tmp_path: Path) -> None:
+    """kill -9 of the group's shard just before the heartbeat that tells A to give up 2 of its
+    4 partitions to B. librdkafka gives a heartbeat one interval (1 s here) and follows a timed-out
+    one with a *partial* heartbeat, which never carries the assignment again; a heartbeat that
+    waited in ZeroMQ's queue for the restarted shard (back ~1.2 s after a second kill in a row)
+    was run there after A gave up on it, and A kept all 4 until its rebalance timeout. The
+    gateway now fails such a heartbeat when the shard's connection drops (NOT_COORDINATOR), as a
+    Kafka client sees its coordinator's connection close, and A's next heartbeat is full."""
+    from rafka import ids
+    from tests.rawclient import RawClient
+
+    broker = Rafka(tmp_path / "data", extra=["--consumer-group-heartbeat-interval-ms", "1000"]).start()
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    catalogue = ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, "\0topics"), broker.shards)
+    while True:  # a group off the catalogue's shard, so its heartbeats go straight to its own
+        group = f"g-{uuid.uuid4().hex[:8]}"
+        owner = ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, group), broker.shards)
+        if owner != catalogue:
+            break
+    name = f"rafka-shard-{owner}"
+    a = None
+    try:
+        create_topic(broker.bootstrap, topic, 4)
+        old = broker.children()[name]  # a first restart: the supervisor waits 0.8 s before the next one
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: broker.children().get(name, old) != old, 15, "the shard restarted")
+        a = TimedMember(broker.bootstrap, group, topic, **{"max.poll.interval.ms": 60000})
+        wait_for(lambda: len(a.assigned) == 4, 30, "A owns all 4 partitions")
+        time.sleep(1.5)
+        n = len(a.heartbeats)
+        wait_for(lambda: len(a.heartbeats) > n, 5, "a heartbeat from A")
+        last = a.heartbeats[-1]
+        time.sleep(max(0.0, last + 0.3 - time.monotonic()))
+        with RawClient("127.0.0.1", broker.port) as c:  # B joins: 2 of A's partitions become B's
+            b = c.request(68, 1, {"group_id": group, "member_id": uuid.uuid4().hex, "member_epoch": 0,
+                                  "instance_id": None, "rack_id": None, "rebalance_timeout": 60000,
+                                  "subscribed_topic_names": [topic], "subscribed_topic_regex": None,
+                                  "server_assignor": None, "topic_partitions": []})
+        assert b["error_code"] == 0, b
+        time.sleep(max(0.0, last + 1.0 - 0.02 - time.monotonic()))  # just before A's next heartbeat
+        os.kill(broker.children()[name], signal.SIGKILL)
+        wait_for(lambda: len(a.assigned) == 2, 15, "A gives up 2 partitions once the shard is back")
+    finally:
+        if a is not None:
+            a.close()
+        broker.stop()
