@@ -156,6 +156,42 @@ def test_txn_offsets_are_pending_until_commit_and_dropped_on_abort(broker: Rafka
     assert _read(broker.bootstrap, dst, 1, "read_committed", 1) == [b"committed"]
 
 
+def test_deleting_a_group_or_its_offsets_deletes_what_an_open_transaction_holds(broker: Rafka) -> None:
+    """A producer-only group exists (Empty) from its first transactional offset, as Kafka's
+    simple group; OffsetDelete and DeleteGroups while the transaction is open delete its pending
+    offsets too, so the commit marker does not bring them, or the group, back."""
+    from confluent_kafka.admin import AdminClient
+    from kafka import TopicPartition as KTP
+    from kafka.admin import KafkaAdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    src, dst, group, tid = _names()
+    create_topic(broker.bootstrap, src, 1)
+    create_topic(broker.bootstrap, dst, 1)
+    meta = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group}).consumer_group_metadata()
+    p = _producer(broker.bootstrap, tid)
+    p.init_transactions(15)
+    for delete in ("offsets", "group"):
+        p.begin_transaction()
+        p.produce(dst, value=b"x")
+        p.send_offsets_to_transaction([TopicPartition(src, 0, 5)], meta, 15)
+        listed = admin.list_consumer_groups().result(15).valid
+        assert [(g.group_id, g.state.name) for g in listed if g.group_id == group] == [(group, "EMPTY")]
+        if delete == "offsets":  # kafka-python: confluent-kafka has no OffsetDelete call
+            kafka_admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+            try:
+                errors = kafka_admin.delete_group_offsets(group, [KTP(src, 0)])
+            finally:
+                kafka_admin.close()
+            assert [e.errno for e in errors.values()] == [0], errors
+        else:
+            admin.delete_consumer_groups([group])[group].result(15)
+        assert _offset_fetch(broker, group, src, require_stable=True) == (-1, 0)  # nothing pending any more
+        p.commit_transaction(15)
+        assert _offset_fetch(broker, group, src, require_stable=True) == (-1, 0)
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(15).valid}
+
+
 def test_offsets_sent_without_a_member_commit_while_the_group_has_members(broker: Rafka) -> None:
     """KafkaJS sendOffsets({consumerGroupId}), Java's sendOffsetsToTransaction(offsets, groupId)
     and TxnOffsetCommit v0-2 name no member or generation: Kafka takes such a commit while the
@@ -422,8 +458,8 @@ def test_a_txn_offset_commit_outside_the_producers_transaction_is_refused(broker
                                  "producer_epoch": -1})
         pid, epoch = init["producer_id"], init["producer_epoch"]
 
-        def commit(partition: int, offset: int) -> int:
-            resp = c.request(28, 3, {"transactional_id": tid, "group_id": group, "producer_id": pid,
+        def commit(partition: int, offset: int, group_id: str = group) -> int:
+            resp = c.request(28, 3, {"transactional_id": tid, "group_id": group_id, "producer_id": pid,
                                      "producer_epoch": epoch, "generation_id": -1, "member_id": "",
                                      "group_instance_id": None, "topics": [{"name": src, "partitions": [
                                          {"partition_index": partition, "committed_offset": offset,
@@ -431,6 +467,7 @@ def test_a_txn_offset_commit_outside_the_producers_transaction_is_refused(broker
             return int(resp["topics"][0]["partitions"][0]["error_code"])
 
         assert commit(0, 5) == 48, "the group was never added to the transaction (INVALID_TXN_STATE)"
+        assert commit(0, 5, "") == 24, "an empty group id, before the transaction check (INVALID_GROUP_ID)"
         added = c.request(25, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
                                   "group_id": group})
         assert added["error_code"] == 0

@@ -139,6 +139,23 @@ def stable_group(ctx: Ctx, n: int) -> None:
     assert ctx.cgroup().state() == "Stable"
 
 
+def test_the_assignment_goes_back_on_a_full_heartbeat_or_when_it_changed() -> None:
+    """Kafka's rule (KAFKA-16367): a join, a *full* heartbeat (rebalance timeout, subscription
+    and owned partitions all set: what clients send after an error) or a changed assignment;
+    a partial heartbeat still owning partitions it was told to give up gets nothing new."""
+    ctx = Ctx()
+    stable_group(ctx, 1)
+    m1 = ctx.cgroup().members["m1"]
+    assert parts(ctx.hb("m1", m1.member_epoch, None, owned=m1.assigned)) is None
+    full = ctx.hb("m1", m1.member_epoch, ["t"], owned=m1.assigned, rebalance_timeout=30_000)
+    assert parts(full) == {T1: set(range(6))}
+    ctx.hb("m2", 0, ["t"])
+    told = parts(ctx.hb("m1", 1, None, owned={T1: set(range(6))}))
+    assert told is not None and len(told[T1]) == 3
+    assert parts(ctx.hb("m1", 1, None, owned={T1: set(range(6))})) is None  # the revocation was already sent
+    assert parts(ctx.hb("m1", 1, ["t"], owned={T1: set(range(6))}, rebalance_timeout=30_000)) == told
+
+
 def test_third_member_moves_only_what_it_takes() -> None:
     ctx = Ctx()
     stable_group(ctx, 2)
@@ -157,10 +174,25 @@ def test_third_member_moves_only_what_it_takes() -> None:
     assert after["m1"] | after["m2"] | after["m3"] == set(range(6))
 
 
+def test_a_full_group_refuses_before_looking_up_the_member() -> None:
+    """Kafka's throwIfConsumerGroupIsFull comes first: an id that is not a member gets
+    GROUP_MAX_SIZE_REACHED whatever its epoch, a static member rejoining under a new id too."""
+    ctx = Ctx(max_size=2)
+    ctx.hb("m1", 0, ["t"])
+    ctx.hb("m2", 0, ["t"], instance_id="i2")
+    assert ctx.hb("m3", 0, ["t"]).error == Errors.GROUP_MAX_SIZE_REACHED
+    assert ctx.hb("m3", 4, None).error == Errors.GROUP_MAX_SIZE_REACHED
+    assert ctx.hb("m2", -2, None, instance_id="i2").error == Errors.NONE  # a static member's temporary leave
+    assert ctx.hb("m2b", 0, ["t"], instance_id="i2").error == Errors.GROUP_MAX_SIZE_REACHED
+    assert ctx.hb("m1", 1, None).error == Errors.NONE
+
+
 def test_epoch_fencing() -> None:
     ctx = Ctx()
     ctx.hb("m1", 0, ["t"])
-    assert ctx.hb("m1", 5, None).error == Errors.FENCED_MEMBER_EPOCH
+    fenced = ctx.hb("m1", 5, None)
+    assert fenced.error == Errors.FENCED_MEMBER_EPOCH
+    assert (fenced["member_id"], fenced["member_epoch"], fenced["assignment"]) == (None, 0, None)  # Kafka's
     ctx.hb("m2", 0, ["t"])
     g = ctx.cgroup()
     ctx.hb("m1", 1, None, owned={T1: set(range(6))})
@@ -259,6 +291,9 @@ def test_offsets_fenced_by_member_epoch() -> None:
     assert r.error == 0 and r["topics"][0]["partitions"][0]["committed_offset"] == 5
     assert ctx.call("offset_fetch", dict(fetch, member_epoch=0)).error == Errors.STALE_MEMBER_EPOCH
     assert ctx.call("offset_fetch", dict(fetch, member_epoch=-1, member_id=None)).error == 0
+    # only a null member id skips the checks (Kafka's validateOffsetFetch)
+    assert ctx.call("offset_fetch", dict(fetch, member_epoch=-1)).error == Errors.STALE_MEMBER_EPOCH
+    assert ctx.call("offset_fetch", dict(fetch, member_epoch=-1, member_id="")).error == Errors.UNKNOWN_MEMBER_ID
 
 
 def test_transactional_offset_commits_to_a_consumer_group() -> None:

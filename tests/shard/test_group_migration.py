@@ -80,6 +80,8 @@ def test_upgrade_keeps_members_assignments_uid_and_offsets() -> None:
         ["topics"][0]["partitions"][0]["error_code"] == 0
     assert ctx.call("offset_commit", commit_op("g", {"t": {0: 43}}, generation=epoch - 1, member_id=a, version=8)) \
         ["topics"][0]["partitions"][0]["error_code"] == Errors.ILLEGAL_GENERATION
+    stale_fetch = {**fetch_op("g", {"t": [0]}), "member_id": a, "member_epoch": epoch - 1}
+    assert ctx.call("offset_fetch", stale_fetch).error == Errors.ILLEGAL_GENERATION  # a classic member's
     # describe: consumer group, member types
     described = Response()
     ctx.cg.describe(ctx.org, {"group_id": "g"}, ctx.now, described)

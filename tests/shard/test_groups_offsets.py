@@ -95,6 +95,11 @@ def test_oversized_metadata_fails_only_that_partition() -> None:
     assert partition_errors(op_ok) == {("t", 0): 0}
     assert partition_errors(op_big) == {("t", 1): Errors.OFFSET_METADATA_TOO_LARGE}
     assert committed(ctx.fetch("g", {"t": [0, 1]})) == {("t", 0): 1, ("t", 1): -1}
+    # measured in Java chars, as Kafka does: a character outside the BMP is two
+    assert partition_errors(ctx.commit("g", {"t": {2: 1}}, metadata="\U0001F600" * 4)) == {("t", 2): 0}
+    assert partition_errors(ctx.commit("g", {"t": {3: 1}}, metadata="é" * 8)) == {("t", 3): 0}
+    assert partition_errors(ctx.commit("g", {"t": {4: 1}}, metadata="1234567\U0001F600")) == {
+        ("t", 4): Errors.OFFSET_METADATA_TOO_LARGE}
 
 
 def test_commits_keep_a_classic_members_session_alive() -> None:

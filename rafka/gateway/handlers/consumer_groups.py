@@ -81,9 +81,10 @@ async def resolve_topics(ctx: RequestContext, names: list[str]) -> dict[str, Any
     return out
 
 
-def _error(code: int, message: str | None, member_id: str | None) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": member_id,
-            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+def _error(code: int, message: str | None) -> dict[str, Any]:
+    """A failed heartbeat's answer: as Kafka's, the error alone (member id null, epoch 0)."""
+    return {"throttle_time": 0, "error_code": code, "error_message": message, "member_id": None,
+            "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
 
 
 @api(68, 0, 1, "group.consumer-heartbeat")
@@ -103,7 +104,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict[str, Any]) -> 
     if own_regex:
         why = compile_regex(own_regex)[1]
         if why is not None:
-            return _error(INVALID_REGULAR_EXPRESSION, why, req.get("member_id"))
+            return _error(INVALID_REGULAR_EXPRESSION, why)
         regexes.add(own_regex)
     topics: dict[str, Any] = {}
     regex_topics: dict[str, list[str]] = {}
@@ -140,7 +141,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict[str, Any]) -> 
                                      ctx.org_id, payload, ctx.trace)
             resp.pop("need_topics", None)
     except Exception as exc:
-        return _error(coordinator_error(exc), None, req.get("member_id"))
+        return _error(coordinator_error(exc), None)
     subscribed = resp.pop("subscribed", None)
     if subscribed is not None:
         _subscriptions(ctx)[(ctx.org_id, group_id)] = subscribed

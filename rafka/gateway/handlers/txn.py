@@ -131,7 +131,8 @@ async def txn_offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[st
     payload["topics"] = topics
     if payload["generation_id"] is None:
         payload["generation_id"] = -1
-    err = await _unverified_group(ctx, req)
+    # Kafka's GroupCoordinatorService refuses an empty group id before the transaction check
+    err = Err.INVALID_GROUP_ID if not req.get("group_id") else await _unverified_group(ctx, req)
     if not err:
         try:
             resp = await router.call(router.shard_for_group(ctx.org_id, req["group_id"]), Op.TXN_OFFSET_COMMIT,

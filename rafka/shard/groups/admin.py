@@ -1,7 +1,8 @@
 """DescribeGroups, ListGroups and DeleteGroups for classic groups.
 
 How this works: these only read the in-memory groups, except DeleteGroups which
-emits a tombstone per committed offset and then a group tombstone (the group
+emits a tombstone per committed offset (and per offset pending in an open
+transaction) and then a group tombstone (the group
 disappears when ``replay`` applies them) and cancels the group's timers.
 Everything is scoped to one org: a group of another org is simply not found.
 """
@@ -53,8 +54,8 @@ class AdminMixin(OffsetsMixin):
     def list_groups(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         """Handle ListGroups for this coordinator's groups of ``org_id``."""
         self._ensure_loaded(now_ms)
-        states = {s.lower() for s in op.get("states_filter") or []}
-        types = {t.lower() for t in op.get("types_filter") or []}
+        states = {s.strip().lower() for s in op.get("states_filter") or []}  # as Kafka's listGroups
+        types = {t.strip().lower() for t in op.get("types_filter") or []}
         listed = []
         if not types or "classic" in types:
             for (org, group_id), group in self.groups.items():
@@ -79,11 +80,8 @@ class AdminMixin(OffsetsMixin):
             if error:
                 respond({"group_id": group_id, "error_code": error})
                 return NO_RECORDS
-            offset_records = [new_offset_commit_tombstone(org_id, group_id, topic, index)
-                              for topic in self.offsets.topics(org_id, group_id)
-                              for index, _ in self.offsets.raw_partitions(org_id, group_id, topic)]
             respond({"group_id": group_id, "error_code": Errors.NONE})
-            return offset_records + group_records
+            return self._delete_all_offsets(org_id, group_id) + group_records
         group = self._group(org_id, group_id)
         if group is None or group.state is S.DEAD:
             respond({"group_id": group_id, "error_code": Errors.GROUP_ID_NOT_FOUND})
@@ -91,14 +89,18 @@ class AdminMixin(OffsetsMixin):
         if group.state is not S.EMPTY:
             respond({"group_id": group_id, "error_code": Errors.NON_EMPTY_GROUP})
             return NO_RECORDS
-        records: list[Record] = []
-        for topic in self.offsets.topics(org_id, group_id):
-            for index, _ in self.offsets.raw_partitions(org_id, group_id, topic):
-                records.append(new_offset_commit_tombstone(org_id, group_id, topic, index))
-        records.append(new_group_tombstone(org_id, group_id))
+        records = self._delete_all_offsets(org_id, group_id) + [new_group_tombstone(org_id, group_id)]
         self._cancel_group_timers(group)
         respond({"group_id": group_id, "error_code": Errors.NONE})
         return records
+
+    def _delete_all_offsets(self, org_id: str, group_id: str) -> list[Record]:
+        """Tombstones for every committed offset of the group and every one an open transaction
+        holds (Kafka's ``deleteAllOffsets``)."""
+        return [new_offset_commit_tombstone(org_id, group_id, topic, index)
+                for topic in self.offsets.topics(org_id, group_id)
+                for index, _ in self.offsets.raw_partitions(org_id, group_id, topic)
+                ] + self.txn_cancel(org_id, group_id, None)
 
 
 def describe(group: ClassicGroup) -> dict[str, Any]:

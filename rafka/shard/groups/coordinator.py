@@ -54,10 +54,8 @@ class GroupCoordinator(AdminMixin):
                 else:  # (entry, expire_ts): committed with its own retention
                     value, expire_ts = value
             group_key = (org_id, group_id)
-            if group_key not in self.groups and not (
-                    self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id)):
-                # offsets never exist without a group; tolerate a log that lacks its record
-                self.groups[group_key] = ClassicGroup(org_id, group_id, "", state_ts=entry_commit_ts(value))
+            if group_key not in self.groups:
+                self.ensure_group(org_id, group_id, entry_commit_ts(value))
             self.offsets.put(group_key, topic, partition, value, expire_ts)
         elif record.type == RecordType.GROUP_METADATA:
             org_id, group_id = record.key
@@ -71,6 +69,14 @@ class GroupCoordinator(AdminMixin):
                 self.groups[(org_id, group_id)] = ClassicGroup.from_record(org_id, group_id, record.value)
             else:
                 group.durable = record.value  # the live group is already ahead of its image
+
+    def ensure_group(self, org_id: str, group_id: str, now_ms: int) -> None:
+        """Offsets never exist without a group: an offset (committed or pending in a transaction)
+        of an unknown group id makes an Empty classic group without a protocol type, Kafka's
+        "simple consumer group" (``getOrMaybeCreateClassicGroup`` on replay)."""
+        if (org_id, group_id) not in self.groups and not (
+                self.consumer is not None and self.consumer.is_consumer_group(org_id, group_id)):
+            self.groups[(org_id, group_id)] = ClassicGroup(org_id, group_id, "", state_ts=now_ms)
 
     def snapshot_records(self) -> list[Record]:
         """Records that rebuild the current durable state (for WAL compaction): each group's

@@ -114,6 +114,9 @@ class CoordinatorCore:
         # (org, group, topic, partition), and whether one holds any of (org, group)'s.
         self.txn_pending: Callable[[str, str, str, int], bool] = lambda _org, _group, _topic, _partition: False
         self.txn_open: Callable[[str, str], bool] = lambda _org, _group: False
+        # and the tombstones that delete the open transactions' offsets of (org, group), of the
+        # given (topic, partition)s only unless None
+        self.txn_cancel: Callable[[str, str, set[tuple[str, int]] | None], list[Record]] = lambda *_: []
 
     def emit(self, name: str, **attrs: Any) -> None:
         """Tell the observer (if any) about a coordinator event."""

@@ -44,6 +44,13 @@ S = ClassicGroupState
 
 
 
+def metadata_too_large(metadata: str | None, max_length: int) -> bool:
+    """Kafka's ``isMetadataInvalid``: longer than ``offset.metadata.max.bytes`` in Java chars
+    (UTF-16 units: a character outside the BMP counts two)."""
+    return metadata is not None and len(metadata) * 2 > max_length and (
+        len(metadata) > max_length or len(metadata.encode("utf-16-le")) // 2 > max_length)
+
+
 def _all_partitions(op: dict[str, Any], error: int) -> dict[str, Any]:
     return {"topics": [
         {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": error}
@@ -100,7 +107,7 @@ class OffsetsMixin(MembershipMixin):
             for p in topic.get("partitions") or []:
                 index = p["partition_index"]
                 metadata = p.get("committed_metadata")
-                if metadata is not None and len(metadata) > max_bytes:
+                if metadata_too_large(metadata, max_bytes):
                     parts_out.append({"partition_index": index, "error_code": Errors.OFFSET_METADATA_TOO_LARGE})
                     continue
                 epoch = p.get("committed_leader_epoch")
@@ -172,11 +179,13 @@ class OffsetsMixin(MembershipMixin):
             indexes = [p["partition_index"] for p in topic.get("partitions") or []]
             if subscribed(name):
                 error = Errors.GROUP_SUBSCRIBED_TO_TOPIC
-            else:
+            else:  # Kafka: a committed offset or one pending in an open transaction is deleted
                 error = Errors.NONE
                 for index in indexes:
-                    if self.offsets.get(org_id, group_id, name, index) is not None:
+                    if (self.offsets.get(org_id, group_id, name, index) is not None
+                            or self.txn_pending(org_id, group_id, name, index)):
                         records.append(new_offset_commit_tombstone(org_id, group_id, name, index))
+                records += self.txn_cancel(org_id, group_id, {(name, index) for index in indexes})
             topics_out.append({"name": name, "partitions": [
                 {"partition_index": index, "error_code": error} for index in indexes]})
         respond({"error_code": Errors.NONE, "topics": topics_out})

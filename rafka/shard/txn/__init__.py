@@ -32,6 +32,12 @@ def install(state: ShardState, logs: Any) -> TransactionCoordinator:
     participant = TxnParticipant(state.groups, logs, offsets)
     state.groups.txn_pending = offsets.has_pending
     state.groups.txn_open = offsets.has_open
+    state.groups.txn_cancel = offsets.cancel
+
+    def replay_txn_offset(record: Record) -> None:
+        offsets.replay(record)
+        if record.value is not None:  # a pending offset needs its group too, as a committed one does
+            state.groups.ensure_group(record.key[0], record.key[1], record.value["commit_ts"])
     for op, fn in [(Op.TXN_INIT_PRODUCER_ID, coordinator.init_producer_id),
                    (Op.TXN_ADD_PARTITIONS, coordinator.add_partitions),
                    (Op.TXN_ADD_OFFSETS, coordinator.add_offsets), (Op.TXN_END, coordinator.end_txn),
@@ -45,6 +51,6 @@ def install(state: ShardState, logs: Any) -> TransactionCoordinator:
                    (Op.DESCRIBE_PRODUCERS, lambda org, op, _now: ([], logs.describe_producers(org, op)))]:
         state.register(op, _handler(fn))
     state.register_replay(RecordType.TXN_METADATA, coordinator.replay)
-    state.register_replay(RecordType.TXN_OFFSET_COMMIT, offsets.replay)
+    state.register_replay(RecordType.TXN_OFFSET_COMMIT, replay_txn_offset)
     state.txn = coordinator  # type: ignore[attr-defined]
     return coordinator

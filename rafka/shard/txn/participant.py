@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rafka.shard.groups.offsets import metadata_too_large
 from rafka.shard.groups.record_helpers import new_offset_commit_record
 from rafka.shard.records import Record, RecordType
 
@@ -45,6 +46,14 @@ class TxnOffsets:
     def has_pending(self, org_id: str, group_id: str, topic: str, partition: int) -> bool:
         """Whether some open transaction holds an offset for this partition (require_stable)."""
         return any((topic, partition) in offs for offs in self.pending.get((org_id, group_id), {}).values())
+
+    def cancel(self, org_id: str, group_id: str, partitions: set[PendingKey] | None) -> list[Record]:
+        """Tombstones for the open transactions' offsets of the group, of ``partitions`` only unless
+        None: Kafka's OffsetDelete and DeleteGroups delete them with the committed ones, so a
+        later commit marker does not bring them back."""
+        return [Record(RecordType.TXN_OFFSET_COMMIT, (org_id, group_id, pid, topic, partition), None)
+                for pid, offs in sorted(self.pending.get((org_id, group_id), {}).items())
+                for topic, partition in sorted(offs) if partitions is None or (topic, partition) in partitions]
 
     def replay(self, record: Record) -> None:
         """Install or drop one ``TXN_OFFSET_COMMIT`` record."""
@@ -110,7 +119,7 @@ class TxnParticipant:
             parts = []
             for p in t.get("partitions") or []:
                 metadata = p.get("committed_metadata") or ""
-                code = error or (OFFSET_METADATA_TOO_LARGE if len(metadata) > max_bytes else 0)
+                code = error or (OFFSET_METADATA_TOO_LARGE if metadata_too_large(metadata, max_bytes) else 0)
                 parts.append({"partition_index": p["partition_index"], "error_code": code})
                 if code:
                     continue

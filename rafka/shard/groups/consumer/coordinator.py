@@ -268,9 +268,9 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
             records = []
             resp = {"error_code": Errors.NONE, "error_message": None, "member_id": op.get("member_id") or None,
                     "member_epoch": -1, "heartbeat_interval": 0, "assignment": None, "need_topics": exc.names}
-        except RequestError as exc:
-            resp = {"error_code": exc.code, "error_message": exc.message, "member_id": op.get("member_id") or None,
-                    "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+        except RequestError as exc:  # Kafka sets only the error: member id null, epoch 0
+            resp = {"error_code": exc.code, "error_message": exc.message, "member_id": None,
+                    "member_epoch": 0, "heartbeat_interval": 0, "assignment": None}
         group = self.group(org_id, op.get("group_id") or "")
         if group is not None:
             resp["subscribed"] = {"names": sorted({n for m in group.members.values()
@@ -323,7 +323,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
             log.info("classic group %s/%s: upgraded to a consumer group", org_id, group_id)
             return self.convert_to_consumer_group(classic, op, now_ms, records)
         if not create:
-            raise RequestError(Errors.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+            raise RequestError(Errors.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
         uid = self._new_group_uid(now_ms)
         if classic is not None:
             # an Empty classic group is replaced (its committed offsets stay), as in Kafka
@@ -349,6 +349,10 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
             return self._leave(group, member_id, instance_id, epoch, now_ms, records)
 
         # ---------------------------------------------------------- member
+        if len(group.members) >= self.config.max_size and (not member_id or member_id not in group.members):
+            raise RequestError(Errors.GROUP_MAX_SIZE_REACHED,  # Kafka checks before finding the member
+                               f"The consumer group has reached its maximum capacity of "
+                               f"{self.config.max_size} members.")
         new_member = False
         if epoch == 0:
             member = None
@@ -358,17 +362,13 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
                     old = group.members[old_id]
                     if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                         raise RequestError(Errors.UNRELEASED_INSTANCE_ID,
-                                           f"Static member {old_id} with instance id {instance_id} "
-                                           "is not released yet.")
+                                           f"Static member {member_id} with instance id {instance_id} cannot join "
+                                           f"the group because the instance id is owned by {old_id} member.")
                     member = self._replace_static_member(group, old, member_id or self._new_member_uuid(), records)
                     member_id = member.member_id
             if member is None:
                 existing = group.members.get(member_id) if member_id else None
                 if existing is None:
-                    if len(group.members) >= self.config.max_size:
-                        raise RequestError(Errors.GROUP_MAX_SIZE_REACHED,
-                                           f"The consumer group has reached its maximum capacity of "
-                                           f"{self.config.max_size} members.")
                     member = ConsumerMember(member_id or self._new_member_uuid(), instance_id=instance_id)
                     new_member = True
                 else:
@@ -423,8 +423,11 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
         updated = self._reconcile(group, member, owned)
         self._apply_reconciliation(group, member, updated, records)
 
-        send = (epoch == 0 or updated.assigned != member.assigned or new_member
-                or (owned is not None and owned != updated.assigned))
+        # Kafka sends the assignment on a join, on a full request (what clients send after an
+        # error: rebalance timeout, subscription and owned partitions all set) and when it changed
+        full = (op.get("rebalance_timeout", -1) != -1 and owned is not None
+                and (op.get("subscribed_topic_names") is not None or op.get("subscribed_topic_regex") is not None))
+        send = epoch == 0 or new_member or full or updated.assigned != member.assigned
         return {"error_code": Errors.NONE, "error_message": None, "member_id": updated.member_id,
                 "member_epoch": updated.member_epoch,
                 "heartbeat_interval": self.configs.heartbeat_interval_ms(*group.key),
@@ -587,7 +590,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
             message = (f"Group {group_id} is not a consumer group." if classic is not None
                        else f"Group {group_id} not found.")
             respond({"error_code": Errors.GROUP_ID_NOT_FOUND, "error_message": message, "group_id": group_id,
-                     "group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "",
+                     "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
                      "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
             return NO_RECORDS
 
@@ -598,7 +601,7 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
         members = [{
             "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
             "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
-            "subscribed_topic_names": list(m.subscribed_topic_names), "subscribed_topic_regex": m.subscribed_topic_regex,
+            "subscribed_topic_names": list(m.subscribed_topic_names), "subscribed_topic_regex": m.subscribed_topic_regex or "",
             "assignment": wire(m.assigned), "target_assignment": wire(group.target.get(m.member_id, {})),
             "member_type": 0 if m.uses_classic_protocol else 1,  # KIP-1099: 0 = classic, 1 = consumer
         } for m in group.members.values()]
@@ -634,17 +637,22 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
 
     def validate_offset_fetch(self, org_id: str, group_id: str, member_id: str | None,
                               member_epoch: int | None) -> int | None:
-        """None if not a consumer group; else an error code (NONE = accept)."""
+        """None if not a consumer group; else an error code (NONE = accept). Kafka's
+        ``ConsumerGroup.validateOffsetFetch``: a null member id with a negative epoch (the admin
+        client, classic consumers) is accepted; otherwise the member must exist and the epoch
+        match (a classic-protocol member's mismatch is ILLEGAL_GENERATION)."""
         group = self.group(org_id, group_id)
         if group is None:
             return None
-        if member_epoch is None or member_epoch < 0:
-            return Errors.NONE  # admin client
+        if member_epoch is None:
+            member_epoch = -1
+        if member_id is None and member_epoch < 0:
+            return Errors.NONE
         member = group.members.get(member_id or "")
         if member is None:
             return Errors.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return Errors.STALE_MEMBER_EPOCH
+            return Errors.ILLEGAL_GENERATION if member.uses_classic_protocol else Errors.STALE_MEMBER_EPOCH
         return Errors.NONE
 
     def is_subscribed_to_topic(self, org_id: str, group_id: str, topic: str) -> bool:
