@@ -134,13 +134,20 @@ def _offset_fetch(broker: Rafka, group: str, topic: str, require_stable: bool) -
     return p["committed_offset"], p["error_code"]
 
 
-def test_txn_offsets_are_pending_until_commit_and_dropped_on_abort(broker: Rafka) -> None:
+def _offsets_producer(broker: Rafka) -> tuple[str, str, str, Any, Producer]:
+    """(input topic, output topic, group, the group's metadata, a transactional producer ready
+    to begin)."""
     src, dst, group, tid = _names()
     create_topic(broker.bootstrap, src, 1)
     create_topic(broker.bootstrap, dst, 1)
     meta = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group}).consumer_group_metadata()
     p = _producer(broker.bootstrap, tid)
     p.init_transactions(15)
+    return src, dst, group, meta, p
+
+
+def test_txn_offsets_are_pending_until_commit_and_dropped_on_abort(broker: Rafka) -> None:
+    src, dst, group, meta, p = _offsets_producer(broker)
     p.begin_transaction()
     p.produce(dst, value=b"aborted")
     p.send_offsets_to_transaction([TopicPartition(src, 0, 5)], meta, 15)
@@ -165,12 +172,7 @@ def test_deleting_a_group_or_its_offsets_deletes_what_an_open_transaction_holds(
     from kafka.admin import KafkaAdminClient
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    src, dst, group, tid = _names()
-    create_topic(broker.bootstrap, src, 1)
-    create_topic(broker.bootstrap, dst, 1)
-    meta = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group}).consumer_group_metadata()
-    p = _producer(broker.bootstrap, tid)
-    p.init_transactions(15)
+    src, dst, group, meta, p = _offsets_producer(broker)
     for delete in ("offsets", "group"):
         p.begin_transaction()
         p.produce(dst, value=b"x")
