@@ -113,9 +113,13 @@ class ShardRouter:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 0)
             sock.setsockopt(zmq.RCVHWM, 0)
+            # queue only to a live connection: what was sent to a dead process is dropped with its
+            # pipe, never delivered to the next one after the caller was told it failed
+            sock.setsockopt(zmq.IMMEDIATE, 1)
             sock.connect(ep)
             self._shards.append(_Shard(i, ep, sock))
         self._pinger: asyncio.Task[None] | None = None
+        self._ping_ids = itertools.count(1)
         self._monitors: list[tuple[SocketPump, zmq.Socket]] = []
         self._owners: dict[tuple[Any, ...], int] = {}
 
@@ -173,9 +177,10 @@ class ShardRouter:
             self._set_up_gauge(s)
             s.pump = SocketPump(loop, s.sock, lambda frames, s=s: self._on_reply(s, frames[-1]), lambda: None)
             # a shard process that dies drops its end of the connection at once: fail what it had
-            # (as a Kafka client sees its coordinator's connection close), not after ``dead_after``
-            mon = s.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-            mon_pump = SocketPump(loop, mon, lambda frames, s=s: self._on_disconnect(s, frames), lambda: None)
+            # (as a Kafka client sees its coordinator's connection close), not after ``dead_after``;
+            # a new connection is pinged at once, so a restarted shard is back without waiting
+            mon = s.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+            mon_pump = SocketPump(loop, mon, lambda frames, s=s: self._on_monitor(s, frames), lambda: None)
             mon_pump.poke()  # ZeroMQ's fd is edge-triggered: read EVENTS once to arm it
             self._monitors.append((mon_pump, mon))
         self._pinger = asyncio.create_task(self._ping_loop())
@@ -250,11 +255,14 @@ class ShardRouter:
             else:
                 fut.set_exception(ShardFailed(f"shard {s.index} failed the op: {payload}"))
 
-    def _on_disconnect(self, s: _Shard, frames: list[bytes]) -> None:
-        """A monitor event of ``s``'s socket: a dropped connection marks it down."""
+    def _on_monitor(self, s: _Shard, frames: list[bytes]) -> None:
+        """A monitor event of ``s``'s socket: a dropped connection marks it down, a new one is pinged."""
         try:
             event = parse_monitor_message(frames)["event"]
         except (ValueError, KeyError, struct.error):
+            return
+        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self._ping(s, time.monotonic())
             return
         if event != zmq.EVENT_DISCONNECTED or not s.alive:
             return
@@ -324,8 +332,22 @@ class ShardRouter:
                 fut.set_exception(exc)
                 fut.exception()  # a caller gone meanwhile is no "never retrieved" error: the cause is logged
 
+    def _ping(self, s: _Shard, now: float) -> None:
+        """Send ``s`` a ping (dropped while it has no connection)."""
+        pid = next(self._ping_ids)
+        # keep only recent pings so the map stays small while a shard is down
+        if len(s.ping_sent) > 16:
+            s.ping_sent.pop(next(iter(s.ping_sent)))
+        s.ping_sent[pid] = now
+        try:
+            ping = {"layout": self._layout(s), "sent": now}  # so a refused shard can say so too
+            s.sock.send(pack([[-pid, int(Op.PING), "", None, ping]]), zmq.NOBLOCK)
+            if s.pump:
+                s.pump.poke()
+        except zmq.ZMQError:
+            pass
+
     async def _ping_loop(self) -> None:
-        ping_ids = itertools.count(1)
         while True:
             now = time.monotonic()
             for s in self._shards:
@@ -338,16 +360,5 @@ class ShardRouter:
                     log.error("shard %d at %s silent for %.0fs: failing its %d pending requests", s.index,
                               s.endpoint, self.give_up_after, len(s.pending))
                     self._fail_pending(s, ShardUnavailable(f"shard {s.index} is down"))
-                pid = next(ping_ids)
-                # keep only recent pings so the map stays small while a shard is down
-                if len(s.ping_sent) > 16:
-                    s.ping_sent.pop(next(iter(s.ping_sent)))
-                s.ping_sent[pid] = now
-                try:
-                    ping = {"layout": self._layout(s), "sent": now}  # so a refused shard can say so too
-                    s.sock.send(pack([[-pid, int(Op.PING), "", None, ping]]), zmq.NOBLOCK)
-                    if s.pump:
-                        s.pump.poke()
-                except zmq.ZMQError:
-                    pass
+                self._ping(s, now)
             await asyncio.sleep(self.ping_interval)

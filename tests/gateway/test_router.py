@@ -2,11 +2,13 @@
 ``dead_after`` is marked down, yet the produce calls it was already sent are answered when it
 resumes, not failed (a producer told "not written" of a batch the shard then writes retries it
 into a duplicate); its other calls fail; a restart fails what the old process lost; a shard
-silent for ``give_up_after`` has its requests failed."""
+silent for ``give_up_after`` has its requests failed; a dropped connection (a killed process)
+marks the shard down at once, and nothing sent meanwhile reaches the next process."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ class StandInShard:
         self.held: list[tuple[bytes, int]] = []
 
     async def run(self) -> None:
-        while True:
+        while not self.sock.closed:
             while self.responsive and self.sock.poll(0):
                 ident, data = self.sock.recv_multipart()
                 for rid, op, _org, _trace, payload in unpack(data):
@@ -133,3 +135,46 @@ def test_a_shard_silent_past_give_up_after_has_its_requests_failed(tmp_path: Pat
             await asyncio.wait_for(call, 5)
 
     asyncio.run(_with_router(tmp_path, scenario, give_up_after=1.0))
+
+
+def test_a_dropped_connection_marks_the_shard_down_at_once_and_reaches_no_later_process(tmp_path: Path) -> None:
+    """With pings 5 s apart and ``dead_after`` 30 s only the connection can tell: the shard's
+    group call fails at once (its produce waits, as for a stall), a call made before the router
+    has seen the drop is never run by the next process, and a new connection is pinged at once."""
+    endpoint = f"ipc://{tmp_path}/shard"
+
+    async def scenario() -> None:
+        router = ShardRouter([endpoint], partitions=1, ping_interval=5.0, dead_after=30.0)
+        first = StandInShard(endpoint)
+        tasks = [asyncio.create_task(first.run())]
+        await router.start()
+        second = None
+        try:
+            await _until(lambda: router.is_alive(0), 3)
+            join = router.call(0, Op.JOIN_GROUP, "org", {})
+            produce = router.call(0, Op.PRODUCE, "org", {"records": b"x"})
+            await _until(lambda: len(first.held) == 2, 2)
+            first.sock.close(0)  # the process dies
+            time.sleep(0.05)  # noqa: ASYNC251 - the loop is busy: ZeroMQ sees the drop, the router not yet
+            late = router.call(0, Op.HEARTBEAT, "org", {})
+            with pytest.raises(ShardUnavailable):
+                await asyncio.wait_for(join, 1.0)
+            assert not router.is_alive(0) and not produce.done()
+            second = StandInShard(endpoint)
+            second.incarnation = "two"
+            tasks.append(asyncio.create_task(second.run()))
+            await _until(lambda: router.is_alive(0), 2)  # long before the next 5 s ping
+            with pytest.raises(ShardUnavailable):
+                await asyncio.wait_for(late, 1.0)
+            with pytest.raises(ShardUnavailable, match="restarted"):
+                await asyncio.wait_for(produce, 1.0)
+            await asyncio.sleep(0.1)
+            assert second.held == [], "a call sent to the dead process reached the new one"
+        finally:
+            for task in tasks:
+                task.cancel()
+            await router.close()
+            if second is not None:
+                second.sock.close(0)
+
+    asyncio.run(scenario())
