@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from rafka.protocol.records import SimpleRecord, build_batch
-from tests.integration.clients import create_topic
+from tests.integration.clients import create_topic, read_confluent
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.rawclient import RawClient
@@ -52,6 +52,45 @@ def test_a_batch_must_start_at_offset_zero(rafka: Rafka) -> None:
         listed = raw.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
             {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
     assert listed["topics"][0]["partitions"][0]["offset"] == 1, "the refused batch stored nothing"
+
+
+def _log_end(raw: RawClient, topic: str) -> int:
+    resp = raw.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+    return int(resp["topics"][0]["partitions"][0]["offset"])
+
+
+def test_transactional_records_need_a_transactional_id(rafka: Rafka) -> None:
+    """Kafka fails a Produce of transactional records without a transactional id
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, every partition) and with an empty one
+    (INVALID_REQUEST): written unverified, they left a transaction no coordinator knew of,
+    holding back every read_committed reader of the partition for good."""
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    batch = build_batch([SimpleRecord(b"k", b"v", int(time.time() * 1000), [])], producer_id=4242, producer_epoch=0,
+                        base_sequence=0, transactional=True)
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        for tid, code in ((None, 53), ("", 42)):
+            resp = raw.request(0, 9, {"transactional_id": tid, "acks": -1, "timeout": 5000, "topic_data": [
+                {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+            assert resp["responses"][0]["partition_responses"][0]["error_code"] == code
+        assert _log_end(raw, topic) == 0
+
+
+def test_a_partition_named_twice_in_a_produce_is_written_once(rafka: Rafka) -> None:
+    """Kafka reads a Produce into a map: the partition's last entry is written and answered,
+    once (rafka wrote the first, then answered both entries INVALID_REQUEST)."""
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+    now = int(time.time() * 1000)
+    first, last = (build_batch([SimpleRecord(b"k", v, now, [])]) for v in (b"first", b"last"))
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        resp = raw.request(0, 9, {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": 0, "records": first}, {"index": 0, "records": last}]}]})
+        [answer] = resp["responses"][0]["partition_responses"]
+        assert (answer["error_code"], answer["base_offset"]) == (0, 0)
+        assert _log_end(raw, topic) == 1
+    assert [v for _, _, v in read_confluent(rafka.bootstrap, topic)] == [b"last"]
 
 
 def test_an_incremental_fetch_without_a_session_is_refused(rafka: Rafka) -> None:

@@ -135,6 +135,19 @@ def test_commit_marker_releases_the_data() -> None:
     assert ctx.marker(99, False) == []  # a producer with nothing open here
 
 
+def test_a_plain_batch_from_a_producer_inside_a_transaction_is_refused() -> None:
+    """Kafka's ProducerAppendInfo: a transaction mixes no non-transactional writes of its producer
+    (INVALID_TXN_STATE); after the marker they are fine again."""
+    ctx = LogCtx()
+    ctx.produce(7, [b"a"])
+    batch = build_batch([SimpleRecord(None, b"plain", 0)], producer_id=7, producer_epoch=0, base_sequence=1)
+    records, resp = ctx.logs.produce(ORG, {"partitions": [{"topic": "t", "partition": 0, "records": batch}]}, 0)
+    assert resp["partitions"][0]["error_code"] == 48 and records == []
+    ctx.marker(7, True)
+    records, resp = ctx.logs.produce(ORG, {"partitions": [{"topic": "t", "partition": 0, "records": batch}]}, 0)
+    assert resp["partitions"][0]["error_code"] == 0 and records
+
+
 def test_abort_marker_lists_the_aborted_transaction_for_read_committed() -> None:
     ctx = LogCtx()
     ctx.produce(7, [b"x"])

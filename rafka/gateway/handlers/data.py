@@ -136,12 +136,38 @@ def _append_time(ms: int) -> datetime.datetime | None:
     return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
+def _transactional(records: bytes) -> bool:
+    """Whether the (first) v2 batch has the transactional bit (attributes' 0x10, byte 22)."""
+    return len(records) > 22 and records[16] == 2 and bool(records[22] & 0x10)
+
+
+def _last_per_partition(topic_data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``topic_data`` with each partition once, its last entry winning, as Kafka reads a
+    Produce into a map (a partition named twice is written once and answered once)."""
+    merged: dict[str, dict[int, dict[str, Any]]] = {}
+    for t in topic_data:
+        for p in t["partition_data"]:
+            merged.setdefault(t["name"], {})[p["index"]] = p
+    return [{"name": name, "partition_data": list(ps.values())} for name, ps in merged.items()]
+
+
 @api(0, 3, 11, "data.produce")
 async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | None:
     acks = req["acks"]
+    if sum(len(t["partition_data"]) for t in req["topic_data"]) > len(
+            {(t["name"], p["index"]) for t in req["topic_data"] for p in t["partition_data"]}):
+        req = {**req, "topic_data": _last_per_partition(req["topic_data"])}
     names = [t["name"] for t in req["topic_data"]]
     errors: dict[tuple[str, int], int] = {}
     parts: list[dict[str, Any]] = []
+    tid = req.get("transactional_id")
+    if not tid and any(_transactional(p.get("records") or b"") for t in req["topic_data"] for p in t["partition_data"]):
+        # Kafka: transactional records need a transactional id (the whole request fails), and
+        # an empty one fails the coordinator's verification; unverified, they would hold back
+        # every read_committed reader of the partition for good
+        code = Err.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if tid is None else Err.INVALID_REQUEST
+        errors = {(t["name"], p["index"]): code for t in req["topic_data"] for p in t["partition_data"]
+                  if tid is None or _transactional(p.get("records") or b"")}
     infos, missing = await _topics(ctx, names, False)  # Kafka creates topics on Metadata, never on Produce
     for t in req["topic_data"]:
         info = infos.get(t["name"])

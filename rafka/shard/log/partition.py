@@ -219,6 +219,9 @@ class PartitionLog:
                 # Kafka answers a duplicate with the original batch's timestamp as its log_append_time
                 return AppendPlan(base_offset=duplicate.base_offset, duplicate=duplicate,
                                   log_append_time_ms=duplicate.max_timestamp)
+            if not header.is_transactional and header.producer_id in self.ongoing_txns and header.has_producer_id:
+                return AppendPlan(Errors.INVALID_TXN_STATE, f"Expected transactional write from producer "
+                                                            f"{header.producer_id} at offset {leo} in partition {name}")
             size = len(batch)
             roll = not seg_empty and (
                 seg_size + size > config.segment_bytes or now_ms - seg_created >= config.roll_ms
