@@ -299,11 +299,26 @@ def test_abandoned_transaction_times_out_and_stops_holding_back_readers(broker: 
         abandoned.commit_transaction(10)
 
 
+def _start_time_ms(broker: Rafka, tid: str) -> int:
+    """DescribeTransactions v0's transaction_start_time_ms of ``tid``, read from the frame."""
+    with RawClient("127.0.0.1", broker.port) as c:
+        c.send_raw(c.encode(65, 0, {"transactional_ids": [tid]}))
+        frame = c.recv_frame()
+    at = 4 + 1 + 4 + 1 + 2  # correlation id, header tags, throttle time, compact array length, error code
+    for _ in range(2):  # transactional id, state: compact strings (names here are short: a 1-byte length)
+        at += frame[at]
+    return int.from_bytes(frame[at + 4:at + 12], "big", signed=True)
+
+
 def test_describe_and_list_transactions(broker: Rafka) -> None:
+    """What kafka-transactions.sh describe/list show; a start time only while a transaction
+    exists (-1 when Empty, the finished one's after it completes, as Kafka keeps it)."""
     _src, dst, _group, tid = _names()
     create_topic(broker.bootstrap, dst, 1)
     p = _producer(broker.bootstrap, tid)
     p.init_transactions(15)
+    assert _start_time_ms(broker, tid) == -1  # Empty (kio cannot read -1: the frame is read by hand)
+    began = time.time()
     p.begin_transaction()
     p.produce(dst, value=b"x")
     p.flush(10)
@@ -320,8 +335,13 @@ def test_describe_and_list_transactions(broker: Rafka) -> None:
         assert (active["producer_id"], active["current_txn_start_offset"]) == (desc[0]["producer_id"], 0)
     p.commit_transaction(15)
     with RawClient("127.0.0.1", broker.port) as c:
-        desc = c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"]
-        assert desc[0]["transaction_state"] == "CompleteCommit"
+        [done] = c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"]
+        assert done["transaction_state"] == "CompleteCommit"
+        assert done["transaction_start_time"] == desc[0]["transaction_start_time"]
+        assert began - 1 < done["transaction_start_time"].timestamp() < time.time()
+        listed = c.request(66, 1, {"state_filters": [], "producer_id_filters": [],
+                                   "duration_filter": 60_000})["transaction_states"]
+        assert tid not in [t["transactional_id"] for t in listed]  # it began less than a minute ago
 
 
 def test_kill_9_between_records_and_commit_leaves_nothing_visible(tmp_path: Path) -> None:

@@ -155,6 +155,25 @@ def test_timeout_aborts_an_abandoned_transaction_with_an_epoch_bump() -> None:
         "error_code": 0, "producer_id": pid, "producer_epoch": 2}
 
 
+def test_a_retried_epoch_bump_gets_the_same_epoch_and_a_stale_one_is_fenced() -> None:
+    """Kafka's prepareIncrementProducerEpoch: a producer bumps its own epoch after an abortable
+    error (InitProducerId naming its id and epoch); the same call again, its answer lost, gets
+    the bumped epoch back without another bump (it was PRODUCER_FENCED, fatal to the client)."""
+    ctx = TxnCtx()
+    pid = ctx.init()["producer_id"]
+    bumped = {"error_code": 0, "producer_id": pid, "producer_epoch": 1}
+    assert ctx.init(producer_id=pid, producer_epoch=0) == bumped
+    assert ctx.init(producer_id=pid, producer_epoch=0) == bumped  # the retry
+    fresh = TxnCtx()  # and after a restart
+    for r in ctx.log:
+        fresh.coord.replay(r)
+    assert fresh.init(producer_id=pid, producer_epoch=0) == bumped
+    assert ctx.init(producer_id=pid, producer_epoch=1)["producer_epoch"] == 2  # a new bump
+    assert ctx.init(producer_id=pid, producer_epoch=0)["error_code"] == Errors.PRODUCER_FENCED
+    ctx.init()  # another producer instance (no id given) takes over: the old one's retries are fenced
+    assert ctx.init(producer_id=pid, producer_epoch=1)["error_code"] == Errors.PRODUCER_FENCED
+
+
 def test_replaying_the_log_rebuilds_the_same_state_and_allocator() -> None:
     ctx = TxnCtx()
     pid = ctx.init()["producer_id"]

@@ -192,16 +192,16 @@ async def describe_transactions(ctx: RequestContext, req: dict[str, Any]) -> dic
         for tid in by_shard[s]:
             if isinstance(res, BaseException):
                 found[tid] = {"error_code": coordinator_error(res), "transactional_id": tid, "transaction_state": "",
-                              "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
-                              "producer_epoch": -1, "topics": []}
+                              "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": 0,
+                              "producer_epoch": 0, "topics": []}
         if not isinstance(res, BaseException):
             for st in res["transaction_states"]:
                 found[st["transactional_id"]] = st
     states = []
     for tid in tids:  # kio wants an aware datetime; Kafka sends -1 when there is no transaction
         st = dict(found[tid])
-        start = max(int(st["transaction_start_time"]), 0) / 1000
-        st["transaction_start_time"] = datetime.datetime.fromtimestamp(start, datetime.UTC)
+        st["transaction_start_time"] = datetime.datetime.fromtimestamp(int(st["transaction_start_time"]) / 1000,
+                                                                       datetime.UTC)
         states.append(st)
     return {"throttle_time": 0, "transaction_states": states}
 

@@ -85,7 +85,7 @@ class TransactionCoordinator:
         After a timeout the old epoch is remembered, so that producer may re-initialise
         with it (KIP-360) instead of being fenced for good."""
         return meta.transition_to(S.PREPARE_ABORT, now_ms, producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
-                                  last_producer_epoch=meta.producer_epoch if timed_out else -1)
+                                  last_producer_epoch=meta.producer_epoch if timed_out else -1, bumped_from_epoch=-1)
 
     # ------------------------------------------------------------ handlers
     def init_producer_id(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
@@ -104,9 +104,10 @@ class TransactionCoordinator:
             meta = TransactionMetadata(tid, self.allocate_producer_id(org_id, tid, now_ms), 0, timeout, S.EMPTY, update_ms=now_ms)
             return [self._record(org_id, meta)], {"error_code": Errors.NONE, "producer_id": meta.producer_id,
                                                   "producer_epoch": 0}
-        given = op.get("producer_id", -1)
-        known_epochs = {meta.producer_epoch, meta.last_producer_epoch} - {-1}
-        if given not in (-1, None) and (given != meta.producer_id or op.get("producer_epoch") not in known_epochs):
+        given, expected = op.get("producer_id", -1), op.get("producer_epoch", -1)
+        reinit = given not in (-1, None)
+        known_epochs = {meta.producer_epoch, meta.last_producer_epoch, meta.bumped_from_epoch} - {-1}
+        if reinit and (given != meta.producer_id or expected not in known_epochs):
             return [], {"error_code": Errors.PRODUCER_FENCED, **fail}  # KIP-360: only the current producer may re-init
         if meta.state in PREPARED:
             return [], {"error_code": Errors.CONCURRENT_TRANSACTIONS, **fail, "complete": completion(org_id, meta)}
@@ -114,12 +115,16 @@ class TransactionCoordinator:
             fenced = self._fence(meta, now_ms)
             return [self._record(org_id, fenced)], {"error_code": Errors.CONCURRENT_TRANSACTIONS, **fail,
                                                     "complete": completion(org_id, fenced)}
+        if reinit and expected == meta.bumped_from_epoch != meta.producer_epoch:
+            # Kafka's prepareIncrementProducerEpoch: a retry of the call that bumped (its answer lost)
+            return [], {"error_code": Errors.NONE, "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch}
         if meta.producer_epoch + 1 >= MAX_EPOCH:
             pid, epoch = self.allocate_producer_id(org_id, tid, now_ms), 0
         else:
             pid, epoch = meta.producer_id, meta.producer_epoch + 1
         new = meta.transition_to(S.EMPTY, now_ms, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout,
-                                 partitions=(), groups=(), start_ms=-1, last_producer_epoch=-1)
+                                 partitions=(), groups=(), start_ms=-1, last_producer_epoch=-1,
+                                 bumped_from_epoch=meta.producer_epoch if reinit and pid == meta.producer_id else -1)
         return [self._record(org_id, new)], {"error_code": Errors.NONE, "producer_id": pid, "producer_epoch": epoch}
 
     def _add(self, org_id: str, op: dict[str, Any], now_ms: int, partitions: list[tuple[str, int]],
@@ -201,8 +206,9 @@ class TransactionCoordinator:
         if (meta is None or meta.state not in PREPARED or meta.committing != bool(op["committed"])
                 or (meta.producer_id, meta.producer_epoch) != (op["producer_id"], op["producer_epoch"])):
             return [], {"error_code": Errors.NONE}
+        # the finished transaction's start stays, as in Kafka (DescribeTransactions shows it)
         new = meta.transition_to(S.COMPLETE_COMMIT if meta.committing else S.COMPLETE_ABORT, now_ms,
-                                 partitions=(), groups=(), start_ms=-1)
+                                 partitions=(), groups=())
         return [self._record(org_id, new)], {"error_code": Errors.NONE}
 
     def sweep(self, op: dict[str, Any], now_ms: int) -> Result:
@@ -226,9 +232,9 @@ class TransactionCoordinator:
         for tid in op.get("transactional_ids") or []:
             meta = self.txns.get((org_id, tid))
             if meta is None:
-                out.append({"error_code": Errors.TRANSACTIONAL_ID_NOT_FOUND, "transactional_id": tid,
-                            "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": -1,
-                            "producer_id": -1, "producer_epoch": -1, "topics": []})
+                out.append({"error_code": Errors.TRANSACTIONAL_ID_NOT_FOUND, "transactional_id": tid,  # Kafka's
+                            "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": 0,  # defaults
+                            "producer_id": 0, "producer_epoch": 0, "topics": []})
                 continue
             topics: dict[str, list[int]] = {}
             for t, p in meta.partitions:

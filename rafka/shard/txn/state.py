@@ -63,6 +63,9 @@ class TransactionMetadata:
     start_ms: int = -1  # when the ongoing transaction began
     update_ms: int = -1  # last state change
     last_producer_epoch: int = -1  # epoch before a timeout abort bumped it (KIP-360 re-init)
+    # the epoch an InitProducerId naming the producer's own id and epoch bumped (Kafka's
+    # lastProducerEpoch): that call again, its answer lost, gets the current epoch, unbumped
+    bumped_from_epoch: int = -1
 
     def transition_to(self, state: TransactionState, now_ms: int, **changes: Any) -> TransactionMetadata:
         """The metadata in ``state`` (checked against ``VALID_PREVIOUS``) with ``changes``."""
@@ -80,7 +83,7 @@ class TransactionMetadata:
                 "timeout_ms": self.timeout_ms, "state": self.state.value,
                 "partitions": [list(p) for p in self.partitions], "groups": list(self.groups),
                 "start_ms": self.start_ms, "update_ms": self.update_ms,
-                "last_producer_epoch": self.last_producer_epoch}
+                "last_producer_epoch": self.last_producer_epoch, "bumped_from_epoch": self.bumped_from_epoch}
 
     @classmethod
     def from_value(cls, transactional_id: str, value: dict[str, Any]) -> TransactionMetadata:
@@ -88,4 +91,4 @@ class TransactionMetadata:
         return cls(transactional_id, value["producer_id"], value["producer_epoch"], value["timeout_ms"],
                    TransactionState(value["state"]), tuple((t, int(p)) for t, p in value["partitions"]),
                    tuple(value["groups"]), value["start_ms"], value["update_ms"],
-                   value.get("last_producer_epoch", -1))
+                   value.get("last_producer_epoch", -1), value.get("bumped_from_epoch", -1))
