@@ -31,6 +31,7 @@ from rafka.protocol.records import (
     _read_nullable,
     _read_varint,
     _zigzag_varint,
+    check_record,
     compress,
     compute_crc,
     record_bodies,
@@ -57,10 +58,13 @@ def delete_horizon(header: BatchHeader) -> int | None:
     return header.base_timestamp if header.attributes & DELETE_HORIZON_BIT else None
 
 
-def raw_records(header: BatchHeader, batch: bytes | memoryview) -> list[RawRecord]:
-    """The records of ``batch``; ``CorruptRecordError`` if they do not decode."""
+def raw_records(header: BatchHeader, batch: bytes | memoryview, *, strict: bool = False) -> list[RawRecord]:
+    """The records of ``batch``; ``CorruptRecordError`` if they do not decode (every field of
+    every record checked when ``strict``: a batch from a client, not from the log)."""
     out = []
     for body in record_bodies(header, batch):
+        if strict:
+            check_record(body)
         ts_delta, rest = _read_varint(body, 1)  # after the attributes byte (raises on a body too short)
         offset_delta, at = _read_varint(body, rest)
         key, at = _read_nullable(body, at)
@@ -96,7 +100,7 @@ def rebuild_batch(header: BatchHeader, records: Sequence[RawRecord], horizon_ms:
 def recompress_batch(header: BatchHeader, batch: bytes | memoryview, codec: int, level: int | None) -> bytes:
     """``batch`` with its records in ``codec`` at ``level``: the same offsets, producer, sequence,
     flags and timestamps; ``CorruptRecordError`` if its records do not decode."""
-    return rebuild_batch(header, raw_records(header, batch), None, codec, level)
+    return rebuild_batch(header, raw_records(header, batch, strict=True), None, codec, level)
 
 
 def empty_batch(header: BatchHeader) -> bytes:

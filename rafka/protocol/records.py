@@ -448,6 +448,27 @@ def record_bodies(header: BatchHeader, batch: bytes | bytearray | memoryview) ->
         pos = end
 
 
+def check_record(body: memoryview | bytes) -> None:
+    """Walk one record body to its end as Kafka's ``DefaultRecord.readFrom`` does;
+    ``CorruptRecordError`` if a field runs past it, a header key is null, the header count is
+    negative or bytes are left over."""
+    pos = _read_varint(body, 1)[1]  # after the attributes: timestamp delta
+    pos = _read_varint(body, pos)[1]  # offset delta
+    pos = _read_nullable(body, pos)[1]  # key
+    pos = _read_nullable(body, pos)[1]  # value
+    count, pos = _read_varint(body, pos)
+    if count < 0:
+        raise CorruptRecordError(f"Found invalid number of record headers {count}")
+    for _ in range(count):
+        key, pos = _read_nullable(body, pos)
+        if key is None:
+            raise CorruptRecordError("Invalid negative header key size")
+        pos = _read_nullable(body, pos)[1]
+    if pos != len(body):
+        raise CorruptRecordError(f"Invalid record size: expected to read {len(body)} bytes in record payload, "
+                                 f"but instead read {pos}")
+
+
 def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[SimpleRecord]:
     """Decode the records of a batch, decompressing them first (``CorruptRecordError`` if they
     do not decode)."""

@@ -93,6 +93,24 @@ def test_a_partition_named_twice_in_a_produce_is_written_once(rafka: Rafka) -> N
     assert [v for _, _, v in read_confluent(rafka.bootstrap, topic)] == [b"last"]
 
 
+def test_list_offsets_special_timestamps_need_the_version_that_brought_them(rafka: Rafka) -> None:
+    """Kafka's isListOffsetsTimestampUnsupported: max timestamp (-3) from v7, earliest local
+    (-4) from v8, latest tiered (-5) from v9; asked of an older version, UNSUPPORTED_VERSION."""
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 1)
+
+    def code(version: int, timestamp: int) -> int:
+        resp = raw.request(2, version, {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}]}]})
+        return int(resp["topics"][0]["partitions"][0]["error_code"])
+
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        assert [code(v, -3) for v in (6, 7)] == [35, 0]
+        assert [code(v, -4) for v in (7, 8)] == [35, 0]
+        assert [code(v, -5) for v in (8, 9)] == [35, 0]
+        assert code(1, -1) == code(1, -2) == 0
+
+
 def test_an_incremental_fetch_without_a_session_is_refused(rafka: Rafka) -> None:
     """rafka never opens fetch sessions (it answers session id 0), so an incremental fetch names
     a session that does not exist: FETCH_SESSION_ID_NOT_FOUND, as Kafka's FetchManager."""

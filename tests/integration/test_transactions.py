@@ -490,6 +490,10 @@ def test_a_txn_offset_commit_outside_the_producers_transaction_is_refused(broker
 
         assert commit(0, 5) == 48, "the group was never added to the transaction (INVALID_TXN_STATE)"
         assert commit(0, 5, "") == 24, "an empty group id, before the transaction check (INVALID_GROUP_ID)"
+        empty = {"transactional_id": "", "producer_id": pid, "producer_epoch": epoch}  # Kafka: INVALID_REQUEST
+        assert c.request(25, 3, {**empty, "group_id": group})["error_code"] == 42
+        assert c.request(26, 3, {**empty, "committed": False})["error_code"] == 42
+        assert c.request(65, 0, {"transactional_ids": [""]})["transaction_states"][0]["error_code"] == 42
         added = c.request(25, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
                                   "group_id": group})
         assert added["error_code"] == 0

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from rafka.protocol.records import CompressionType, SimpleRecord, build_batch, iter_records, parse_header
+from rafka.protocol.records import (
+    CompressionType,
+    SimpleRecord,
+    build_batch,
+    compute_crc,
+    iter_records,
+    parse_header,
+)
 from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.partition import PartitionLog
@@ -240,6 +247,20 @@ def test_a_batch_too_large_once_recompressed_is_refused() -> None:
     plan = log.prepare_append([sent], 0, config, "t-0")
     assert plan.error == Errors.MESSAGE_TOO_LARGE and not plan.values
     assert "which exceeds the maximum configured size of 2000" in plan.message
+
+
+def test_a_batch_whose_records_do_not_parse_is_not_recompressed() -> None:
+    """Recompressing rewrites the records with a fresh CRC, so each is parsed to its end first, as
+    Kafka's LogValidator does: a record with bytes left over is CORRUPT_MESSAGE, not stored."""
+    good = batch(1)
+    body = good[61 + 1:] + b"\x00"  # the one record, with a stray byte; its length is one varint byte
+    bad = bytearray(good[:61] + bytes([2 * len(body)]) + body)
+    struct.pack_into(">i", bad, 8, len(bad) - 12)
+    struct.pack_into(">I", bad, 17, compute_crc(bad))
+    config = LogConfig.from_overrides({"compression.type": "zstd"})
+    plan = PartitionLog().prepare_append([bytes(bad)], 0, config, "t-0")
+    assert plan.error == Errors.CORRUPT_MESSAGE and "Invalid record size" in plan.message
+    assert PartitionLog().prepare_append([good], 0, config, "t-0").error == Errors.NONE
 
 
 def test_log_append_time_applies_to_a_recompressed_batch() -> None:

@@ -399,6 +399,12 @@ async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}
 
 
+# ListOffsets' special timestamps and the version each came with (Kafka's
+# isListOffsetsTimestampUnsupported): max timestamp (KIP-734), earliest local (KIP-1005),
+# latest tiered (KIP-1005)
+_SPECIAL_TIMESTAMP_SINCE = {-3: 7, -4: 8, -5: 9}
+
+
 @api(2, 1, 9, "data.list-offsets")
 async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
@@ -413,6 +419,8 @@ async def list_offsets(ctx: RequestContext, req: dict[str, Any]) -> dict[str, An
                 continue
             if code := _leader_epoch_error(p.get("current_leader_epoch")):
                 refused[key] = {"error_code": code}
+            elif ctx.api_version < _SPECIAL_TIMESTAMP_SINCE.get(p["timestamp"], 0):
+                refused[key] = {"error_code": Err.UNSUPPORTED_VERSION}
             else:
                 parts.append({"topic": key[0], "partition": key[1], "timestamp": p["timestamp"],
                               **_incarnation(info)})  # type: ignore[arg-type]

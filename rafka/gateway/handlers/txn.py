@@ -45,6 +45,8 @@ def _fenced_for(code: int, version: int, fenced_from: int) -> int:
 
 
 async def _call_txn(ctx: RequestContext, op: Op, tid: str, payload: dict[str, Any]) -> tuple[dict[str, Any] | None, int]:
+    if not tid:  # Kafka's TransactionCoordinator refuses an empty transactional id
+        return None, Err.INVALID_REQUEST
     try:
         return await group_call(ctx, op, tid, payload), 0
     except Exception as exc:

@@ -55,7 +55,7 @@ class AdminMixin(OffsetsMixin):
         """Handle ListGroups for this coordinator's groups of ``org_id``."""
         self._ensure_loaded(now_ms)
         states = {s.strip().lower() for s in op.get("states_filter") or []}  # as Kafka's listGroups
-        types = {t.strip().lower() for t in op.get("types_filter") or []}
+        types = {t.lower() for t in op.get("types_filter") or []}  # trimmed: states only
         listed = []
         if not types or "classic" in types:
             for (org, group_id), group in self.groups.items():

@@ -39,6 +39,7 @@ class Errors:
     """Kafka error codes the transaction coordinator answers with."""
 
     NONE = 0
+    INVALID_REQUEST = 42
     INVALID_PRODUCER_EPOCH = 47
     INVALID_TXN_STATE = 48
     INVALID_PRODUCER_ID_MAPPING = 49
@@ -232,7 +233,8 @@ class TransactionCoordinator:
         for tid in op.get("transactional_ids") or []:
             meta = self.txns.get((org_id, tid))
             if meta is None:
-                out.append({"error_code": Errors.TRANSACTIONAL_ID_NOT_FOUND, "transactional_id": tid,  # Kafka's
+                code = Errors.TRANSACTIONAL_ID_NOT_FOUND if tid else Errors.INVALID_REQUEST
+                out.append({"error_code": code, "transactional_id": tid,  # Kafka's
                             "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": 0,  # defaults
                             "producer_id": 0, "producer_epoch": 0, "topics": []})
                 continue
