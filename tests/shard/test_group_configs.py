@@ -74,7 +74,7 @@ def test_refusals_match_kafkas_group_config() -> None:
         ((HEARTBEAT_INTERVAL, SET, "0"),
          (40, "Invalid value 0 for configuration consumer.heartbeat.interval.ms: Value must be at least 1")),
         (("share.session.timeout.ms", SET, "45000"), (40, "Unknown group config name: share.session.timeout.ms")),
-        ((SESSION_TIMEOUT, APPEND, "1"), (40, "Config value append is not allowed for config key: consumer.session.timeout.ms")),
+        ((SESSION_TIMEOUT, APPEND, "1"), (40, "Can't APPEND to key consumer.session.timeout.ms because its type is not LIST.")),
     ]
     for change, expected in cases:
         r = alter(ctx, change)

@@ -334,7 +334,10 @@ def test_describe_configs_defaults_sources_and_unknown_topic(ctx: Ctx) -> None:
         ("retention.ms", "604800000", DEFAULT_CONFIG, True),
     ]
     assert len(ctx.catalog.describe_configs(ORG, "t")["configs"]) >= 5
-    assert ctx.catalog.describe_configs(ORG, "x")["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    assert ctx.catalog.describe_configs(ORG, "x") == {"error_code": Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                                      "error_message": None, "configs": []}
+    for illegal in ("", "bad name!"):
+        assert ctx.catalog.describe_configs(ORG, illegal)["error_code"] == Errors.INVALID_TOPIC_EXCEPTION
 
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -397,7 +400,7 @@ def test_append_and_subtract_only_for_list_configs(ctx: Ctx) -> None:
     assert resp["configs"]["leader.replication.throttled.replicas"] == "0:1"
     resp = alter(ctx, ("retention.ms", APPEND, "5"))
     assert (resp["error_code"], resp["error_message"]) == (
-        Errors.INVALID_CONFIG, "Config value append is not allowed for config key: retention.ms")
+        Errors.INVALID_CONFIG, "Can't APPEND to key retention.ms because its type is not LIST.")
 
 
 @pytest.mark.parametrize(("configs", "code"), [
@@ -423,6 +426,10 @@ def test_validate_only_and_unknown_topic_write_nothing(ctx: Ctx) -> None:
     assert len(ctx.log) == written and ctx.catalog.topic(ORG, "t").configs == {}
     resp = ctx.run("alter_configs", ORG, {"name": "x", "configs": [], "incremental": True})
     assert resp["error_code"] == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    # Kafka checks the name before the topic: an illegal one is INVALID_TOPIC_EXCEPTION
+    resp = ctx.run("alter_configs", ORG, {"name": "bad name!", "configs": [], "incremental": True})
+    assert resp["error_code"] == Errors.INVALID_TOPIC_EXCEPTION and "illegal" in resp["error_message"]
+    assert len(ctx.log) == written
 
 
 def test_describe_topics_for_metadata(ctx: Ctx) -> None:

@@ -158,6 +158,6 @@ def _altered(current: dict[str, str], changes: list[list[Any]]) -> dict[str, str
         elif operation == DELETE:
             configs.pop(name, None)
         else:
-            verb = "append" if operation == APPEND else "subtract"
-            raise InvalidGroupConfig(f"Config value {verb} is not allowed for config key: {name}")
+            verb = "APPEND" if operation == APPEND else "SUBTRACT"  # Kafka 4's ConfigurationControlManager
+            raise InvalidGroupConfig(f"Can't {verb} to key {name} because its type is not LIST.")
     return configs

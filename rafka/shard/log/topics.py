@@ -190,12 +190,10 @@ class TopicCatalog:
                          include_synonyms: bool = False) -> dict[str, Any]:
         """DescribeConfigs for one topic: ``{error_code, error_message, configs: [...]}``."""
         info = self.topic(org_id, name)
-        if info is None:
-            return {
-                "error_code": Errors.UNKNOWN_TOPIC_OR_PARTITION,
-                "error_message": f"Topic {name} not found",
-                "configs": [],
-            }
+        if info is None:  # Kafka's ConfigHelper checks the name first, and says nothing of a missing topic
+            illegal = validate_topic_name(name)
+            return {"error_code": Errors.INVALID_TOPIC_EXCEPTION if illegal else Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                    "error_message": illegal, "configs": []}
         return {"error_code": Errors.NONE, "error_message": None, "configs": describe(info.configs, config_names, include_synonyms)}
 
     # --------------------------------------------------------------- handlers
@@ -387,7 +385,9 @@ class TopicCatalog:
         """
         name = op["name"]
         info = self.topic(org_id, name)
-        if info is None:
+        if info is None:  # Kafka's controller validates the name before it looks the topic up
+            if illegal := validate_topic_name(name):
+                return [], _alter_error(Errors.INVALID_TOPIC_EXCEPTION, illegal)
             return [], _alter_error(Errors.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
         keys = [c[0] for c in op["configs"]]
         if len(set(keys)) != len(keys):
@@ -404,8 +404,8 @@ class TopicCatalog:
                 configs.pop(key, None)
             elif operation in (APPEND, SUBTRACT):
                 if CONFIGS[key].type != LIST:
-                    verb = "append" if operation == APPEND else "subtract"
-                    return [], _alter_error(Errors.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {key}")
+                    verb = "APPEND" if operation == APPEND else "SUBTRACT"  # Kafka 4's ConfigurationControlManager
+                    return [], _alter_error(Errors.INVALID_CONFIG, f"Can't {verb} to key {key} because its type is not LIST.")
                 current = [v for v in configs.get(key, CONFIGS[key].default).split(",") if v]
                 given = [v.strip() for v in (value or "").split(",") if v.strip()]
                 kept = current + [v for v in given if v not in current] if operation == APPEND else \
