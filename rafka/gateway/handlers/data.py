@@ -1,19 +1,22 @@
 """The data plane: Produce, Fetch, ListOffsets, DeleteRecords, InitProducerId.
 
 Version notes:
-- Produce 3–11: one v2 record batch per partition; acks=0 gets no response; zstd
-  batches below v7 get UNSUPPORTED_COMPRESSION_TYPE, as in Kafka (KIP-110).
+- Produce 3–11: one v2 record batch per partition (a partition named twice: its
+  last entry); acks=0 gets no response; zstd batches below v7 get
+  UNSUPPORTED_COMPRESSION_TYPE, as in Kafka (KIP-110); transactional records need
+  a transactional id.
 - Fetch 4–17: v13+ names topics by id; below v10 a topic whose compression.type is
-  zstd is UNSUPPORTED_COMPRESSION_TYPE, as in Kafka (its clients predate zstd); a fetch spanning several shards parks on
-  each shard with its share of min_bytes; once the answers hold min_bytes (or
-  one has an error) the gateway cancels the others, and while they hold less the
-  shards still waiting share what is left (FETCH_RETARGET), so the fetch is
-  answered as soon as the whole has min_bytes, never below it before max_wait;
-  the merged answer is held to the one max_bytes. A fetch of nothing is answered
-  at once. No incremental fetch
-  sessions: session_id 0 tells clients so.
+  zstd is UNSUPPORTED_COMPRESSION_TYPE, as in Kafka (its clients predate zstd); a
+  fetch spanning several shards parks on each shard with its share of min_bytes;
+  once the answers hold min_bytes (or one has an error) the gateway cancels the
+  others, and while they hold less the shards still waiting share what is left
+  (FETCH_RETARGET), so the fetch is answered as soon as the whole has min_bytes,
+  never below it before max_wait; the merged answer is held to the one max_bytes.
+  A fetch of nothing is answered at once. No incremental fetch sessions:
+  session_id 0 tells clients so.
 - ListOffsets 1–9 (under read_committed "latest" is the last stable offset, and
-  a timestamp lookup finds nothing at or past it), DeleteRecords 0–2,
+  a timestamp lookup finds nothing at or past it; the special timestamps -3/-4/-5
+  need v7/v8/v9), DeleteRecords 0–2,
   InitProducerId 0–5 (a transactional id goes to the transaction coordinator, see
   txn.py). Transactional batches are produced like any other; Fetch with
   isolation_level 1 stops at the last stable offset and carries the aborted
