@@ -30,7 +30,7 @@ from rafka.rail import OP_NAMES, Op, SocketPump, Status, pack, unpack
 from rafka.shard.handlers import ShardState
 from rafka.shard.metrics import ShardMetrics
 from rafka.shard.records import Record
-from rafka.shard.wal import WalError
+from rafka.shard.wal import EntryTooLarge, WalError
 
 log = logging.getLogger("rafka.shard")
 
@@ -107,7 +107,7 @@ class ShardRuntime:
             self.apply(callback(self.now_ms()))
         except WalError as exc:
             self.fail(str(exc))
-        except Exception:
+        except Exception:  # EntryTooLarge too: nothing was written
             log.exception("timer %s failed", key)
         self._schedule_flush()
 
@@ -240,6 +240,11 @@ class ShardRuntime:
             self.state.dispatch(op, org_id, payload, self.now_ms(), respond, trace)  # Op is an IntEnum: int keys match
         except WalError as exc:
             self.fail(str(exc))
+        except EntryTooLarge as exc:  # nothing written or replayed: refuse this op, keep serving the rest
+            log.error("op %s from org %r refused: %s", OP_NAMES.get(op, str(op)), org_id, exc)
+            queue = self._outbox[ident]
+            queue[:] = [reply for reply in queue if reply[0] != rid]  # an answer the handler already gave
+            queue.append([rid, int(Status.FAILED), f"EntryTooLarge: {exc}"])
         except Exception as exc:
             log.exception("op %s failed", op)
             self._outbox[ident].append([rid, int(Status.FAILED), f"{type(exc).__name__}: {exc}"])

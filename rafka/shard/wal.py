@@ -80,6 +80,11 @@ class WalError(Exception):
     durable point may be acknowledged."""
 
 
+class EntryTooLarge(Exception):
+    """The records of one op would make an entry recovery cannot read; nothing was written, so
+    the op alone is refused (the log and the state are as before it)."""
+
+
 def encode_entry(records: list[Record]) -> bytes:
     """One checksummed entry holding ``records``."""
     payload = msgpack.packb([(int(r.type), r.key, r.value) for r in records], use_bin_type=True)
@@ -393,11 +398,12 @@ class Wal:
         by_stream: dict[tuple[Any, ...], list[Record]] = {}
         for r in records:
             by_stream.setdefault(self.stream_key(r), []).append(r)
-        for key, recs in by_stream.items():
-            s = self._stream(key)
-            entry = encode_entry(recs)
+        entries = [(key, recs, encode_entry(recs)) for key, recs in by_stream.items()]
+        for _key, _recs, entry in entries:  # checked before anything is written
             if len(entry) > MAX_ENTRY:  # recovery would take it for a torn write
-                raise WalError(f"an entry of {len(entry)} bytes exceeds the {MAX_ENTRY} a segment may hold")
+                raise EntryTooLarge(f"an entry of {len(entry)} bytes exceeds the {MAX_ENTRY} a segment may hold")
+        for key, recs, entry in entries:
+            s = self._stream(key)
             # a compaction starts a segment: what came before it is sealed, so once it is durable the
             # segments it supersedes can go and the stream's files follow the live keys
             rolled = s.append(recs, entry, roll=any(r.type == RecordType.PARTITION_COMPACTED for r in recs))

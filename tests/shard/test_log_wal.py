@@ -13,7 +13,7 @@ from rafka.shard.data import DataPlane
 from rafka.shard.log.manager import LogManager
 from rafka.shard.log.producers import PRODUCER_ID_EXPIRATION_MS
 from rafka.shard.records import Record, RecordType
-from rafka.shard.wal import Wal, WalError, encode_entry
+from rafka.shard.wal import EntryTooLarge, Wal, encode_entry
 
 ORG, PARTITIONS = "acme", 4
 CONFIGS = {"retention.ms": "3600000"}
@@ -286,8 +286,11 @@ def test_an_entry_too_large_to_recover_is_refused_and_not_written(tmp_path: Path
     wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never", segment_bytes=400)
     monkeypatch.setattr(wal_module, "MAX_ENTRY", 100)
     data = build_batch([SimpleRecord(b"k", b"v" * 200, 0)])
-    with pytest.raises(WalError):
-        wal.append([Record(RecordType.PARTITION_BATCH, (ORG, "t", 0), {"batch": data, "append_ms": 0, "roll": False})])
+    small = Record(RecordType.PARTITION_BATCH, (ORG, "t", 1), {"batch": build_batch([SimpleRecord(b"k", b"v", 0)]),
+                                                               "append_ms": 0, "roll": False})
+    with pytest.raises(EntryTooLarge):  # checked before anything is written, the small entry too
+        wal.append([small, Record(RecordType.PARTITION_BATCH, (ORG, "t", 0), {"batch": data, "append_ms": 0,
+                                                                              "roll": False})])
     assert sum(f.stat().st_size for f in tmp_path.rglob("*.wal")) == 0
 
 

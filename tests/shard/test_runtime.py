@@ -10,7 +10,7 @@ import asyncio
 import concurrent.futures
 from typing import Any
 
-from rafka.rail import Op, unpack
+from rafka.rail import Op, Status, unpack
 from rafka.shard.runtime import ShardRuntime
 
 
@@ -27,6 +27,19 @@ class _State:
         return self.durable
 
 
+_METRICS: list[Any] = []
+
+
+def _one_metrics(monkeypatch: Any) -> None:
+    """Every ShardRuntime of this module shares one ShardMetrics (Prometheus registers each name
+    once per process)."""
+    from rafka.shard import runtime as runtime_module
+
+    if not _METRICS:
+        _METRICS.append(runtime_module.ShardMetrics(0))
+    monkeypatch.setattr(runtime_module, "ShardMetrics", lambda _shard: _METRICS[0])
+
+
 class _Socket:
     def __init__(self) -> None:
         self.sent: list[list[Any]] = []
@@ -35,7 +48,9 @@ class _Socket:
         self.sent.extend(unpack(frames[1]))
 
 
-def test_a_pong_leaves_after_the_replies_before_it_once_they_are_durable() -> None:
+def test_a_pong_leaves_after_the_replies_before_it_once_they_are_durable(monkeypatch: Any) -> None:
+    _one_metrics(monkeypatch)
+
     async def main() -> None:
         state = _State()
         runtime = ShardRuntime(0, "inproc://unused", lambda _rt: state)  # type: ignore[arg-type,return-value]
@@ -49,5 +64,41 @@ def test_a_pong_leaves_after_the_replies_before_it_once_they_are_durable() -> No
         await asyncio.sleep(0.05)
         assert [env[0] for env in sock.sent] == [7, -1], "the reply, then the pong"
         assert sock.sent[1][2]["incarnation"] == runtime.incarnation and sock.sent[1][2]["sent"] == 1.5
+
+    asyncio.run(main())
+
+
+def test_an_op_too_large_for_one_log_entry_is_refused_and_the_shard_serves_on(tmp_path: Any, monkeypatch: Any) -> None:
+    """An OffsetCommit listing one partition thousands of times under a long group id made a
+    write-ahead-log entry recovery cannot read (over 256 MiB from a 210 KB request): the shard
+    treated it as a failed disk and exited, taking every organisation's groups on it down. Now
+    nothing is written, that op alone fails, and the next commit is stored."""
+    from rafka.config import Config
+    from rafka.shard import wal as wal_module
+    from rafka.shard.state import build_state
+
+    monkeypatch.setattr(wal_module, "MAX_ENTRY", 50_000)  # stands for 256 MiB
+    _one_metrics(monkeypatch)
+
+    def commit(group: str, repeats: int) -> dict[str, Any]:
+        return {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "api_version": 9,
+                "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}] * repeats}]}
+
+    async def main() -> None:
+        cfg = Config(data_dir=str(tmp_path), shards=1, coordinator_partitions=4)
+        runtime = ShardRuntime(0, "inproc://unused", lambda rt: build_state(cfg, 0, rt))
+        sock = _Socket()
+        runtime._sock = sock  # type: ignore[assignment]
+        runtime.handle(b"gw", [1, int(Op.OFFSET_COMMIT), "org", None, commit("g" * 3000, 100)])
+        runtime.handle(b"gw", [2, int(Op.OFFSET_COMMIT), "org", None, commit("g", 1)])
+        await asyncio.sleep(0.1)
+        replies = {env[0]: env for env in sock.sent}
+        assert not runtime.failed
+        assert replies[1][1] == int(Status.FAILED) and "EntryTooLarge" in replies[1][2]
+        assert replies[2][1] == int(Status.OK)
+        assert replies[2][2]["topics"][0]["partitions"][0]["error_code"] == 0
+        assert runtime.state.groups.offsets.get("org", "g", "t", 0) is not None
+        assert runtime.state.groups.offsets.get("org", "g" * 3000, "t", 0) is None
+        runtime.state.close()
 
     asyncio.run(main())
