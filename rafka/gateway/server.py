@@ -24,7 +24,8 @@ later request carries to the shards. ``kill -HUP`` on the gateway process
 users. Limits: ``max_connections`` (new connections above it are closed),
 ``idle_timeout_ms`` (a periodic sweep closes connections with nothing in flight
 and no traffic for that long), ``max_inflight_per_connection`` (reading pauses)
-and ``max_request_bytes`` (the connection is closed); each hit logs a line
+and ``max_request_bytes`` (the connection is closed; 512 KiB until a client has
+authenticated, Kafka's ``sasl.server.max.receive.size``); each hit logs a line
 (rate limited, except an oversized request, logged like other bad input) and
 counts ``rafka_gateway_limit_hits_total{limit}``. A request body is read straight
 into its op dict by ``protocol/fastread.py``, which refuses any length or array
@@ -233,12 +234,17 @@ class Gateway:
             await self._server.wait_closed()
 
 
+PRE_AUTH_MAX_FRAME = 512 * 1024  # Kafka's sasl.server.max.receive.size (CVE-2022-34917)
+
+
 class KafkaConnection(asyncio.Protocol):
     """One client connection."""
 
     def __init__(self, gateway: Gateway) -> None:
         self.gw = gateway
-        self.decoder = FrameDecoder(gateway.config.max_request_bytes)
+        # until it authenticates a client is held to Kafka's sasl.server.max.receive.size
+        self.decoder = FrameDecoder(gateway.config.max_request_bytes if not gateway.auth_required
+                                    else min(gateway.config.max_request_bytes, PRE_AUTH_MAX_FRAME))
         self.queue: deque[asyncio.Future[bytes | None]] = deque()
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -303,6 +309,8 @@ class KafkaConnection(asyncio.Protocol):
         if self._closed:
             return
         self.last_active = time.monotonic()
+        if self.decoder.max_frame_bytes != self.gw.config.max_request_bytes and self.auth.authenticated:
+            self.decoder.max_frame_bytes = self.gw.config.max_request_bytes
         try:
             frames = self.decoder.feed(data)
         except FrameError as exc:
@@ -356,9 +364,13 @@ class KafkaConnection(asyncio.Protocol):
             telemetry.gateway_metrics().closed_bad_input.labels("unauthenticated").inc()
             self.close()
             return
-        if state.expires is not None and state.exchange is None and time.monotonic() > state.expires:
-            # Kafka's SocketServer closes a connection whose SASL session expired (KIP-368)
-            log.info("closing connection from %s: its SASL session expired", self.peer)
+        if state.expires is not None and api_key not in PRE_AUTH_APIS and (
+                state.exchange is not None or time.monotonic() > state.expires):
+            # Kafka's SocketServer closes a connection whose SASL session expired (KIP-368), and one
+            # that sends other requests while it re-authenticates (an exchange left unfinished
+            # would otherwise keep a revoked user's session open for good)
+            why = "its SASL session expired" if state.exchange is None else "a request during re-authentication"
+            log.info("closing connection from %s: %s", self.peer, why)
             telemetry.gateway_metrics().closed_bad_input.labels("session_expired").inc()
             self.close()
             return

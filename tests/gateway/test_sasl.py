@@ -200,6 +200,36 @@ def test_an_expired_session_closes_the_connection_unless_re_authenticated(users_
     run(main)
 
 
+def test_an_unfinished_re_authentication_does_not_outlive_the_session(users_file: Path) -> None:
+    """A SaslHandshake begun on an authenticated connection and never finished left the session's
+    expiry unchecked for good (a removed user kept its connection); as Kafka, any other request
+    while re-authenticating closes the connection."""
+    async def main() -> None:
+        d = Driver(make_gateway(auth_users=str(users_file), connections_max_reauth_ms=60_000))
+        await plain_login(d, "alice", "alice-secret")
+        hs = await d.request(17, 1, {"mechanism": "PLAIN"})
+        assert hs is not None and hs["error_code"] == 0
+        assert await list_groups(d) is None and d.closed
+
+    run(main)
+
+
+def test_frames_before_authentication_are_held_to_512_kib(users_file: Path) -> None:
+    """Kafka's sasl.server.max.receive.size: an unauthenticated client cannot make the gateway
+    buffer a frame up to max_request_bytes (100 MiB); once authenticated, it can."""
+    async def main() -> None:
+        gw = make_gateway(auth_users=str(users_file))
+        d = Driver(gw)
+        d.conn.data_received(struct.pack(">i", 512 * 1024 + 1))
+        assert d.closed
+        d = Driver(gw)
+        await plain_login(d, "alice", "alice-secret")
+        d.conn.data_received(struct.pack(">i", 2 * 1024 * 1024) + b"x" * 1000)  # a large produce, begun
+        assert not d.closed and d.conn.decoder.buffered == 1004
+
+    run(main)
+
+
 def test_reauthentication_keeps_the_principal(users_file: Path) -> None:
     async def main() -> None:
         gw = make_gateway(auth_users=str(users_file), connections_max_reauth_ms=60_000)
