@@ -267,9 +267,7 @@ class ShardRouter:
         if event != zmq.EVENT_DISCONNECTED or not s.alive:
             return
         log.error("shard %d at %s disconnected: marking it down", s.index, s.endpoint)
-        s.alive = False
-        self._set_up_gauge(s)
-        self._fail_pending(s, ShardUnavailable(f"shard {s.index} disconnected"), keep=WAIT_OUT_STALL)
+        self._mark_down(s, f"shard {s.index} disconnected", keep=WAIT_OUT_STALL)
 
     def _on_pong(self, s: _Shard, ping_id: int, payload: Any) -> None:
         sent_at = s.ping_sent.pop(ping_id, None)
@@ -314,9 +312,13 @@ class ShardRouter:
                       "--shard-endpoints, --coordinator-partitions)", s.index, s.endpoint, *layout, *self._layout(s))
             s.refused = layout
         if s.alive:
-            s.alive = False
-            self._set_up_gauge(s)
-            self._fail_pending(s, ShardUnavailable(f"shard {s.index} has another layout"))
+            self._mark_down(s, f"shard {s.index} has another layout")
+
+    def _mark_down(self, s: _Shard, why: str, keep: frozenset[int] = frozenset()) -> None:
+        """``s`` is down: new calls fail at once, pending ones (but those of ``keep``) now."""
+        s.alive = False
+        self._set_up_gauge(s)
+        self._fail_pending(s, ShardUnavailable(why), keep=keep)
 
     def _set_up_gauge(self, s: _Shard) -> None:
         from rafka.telemetry import gateway_metrics
@@ -353,9 +355,7 @@ class ShardRouter:
             for s in self._shards:
                 if s.alive and now - s.last_seen > self.dead_after and s.ping_sent:
                     log.error("shard %d at %s missed pings for %.1fs: marking it down", s.index, s.endpoint, self.dead_after)
-                    s.alive = False
-                    self._set_up_gauge(s)
-                    self._fail_pending(s, ShardUnavailable(f"shard {s.index} is down"), keep=WAIT_OUT_STALL)
+                    self._mark_down(s, f"shard {s.index} is down", keep=WAIT_OUT_STALL)
                 if not s.alive and s.pending and now - s.last_seen > self.give_up_after:
                     log.error("shard %d at %s silent for %.0fs: failing its %d pending requests", s.index,
                               s.endpoint, self.give_up_after, len(s.pending))

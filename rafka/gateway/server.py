@@ -242,7 +242,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def __init__(self, gateway: Gateway) -> None:
         self.gw = gateway
-        # until it authenticates a client is held to Kafka's sasl.server.max.receive.size
+        # until it authenticates a client is held to Kafka's sasl.server.max.receive.size (lifted
+        # in handlers/sasl.py when it succeeds)
         self.decoder = FrameDecoder(gateway.config.max_request_bytes if not gateway.auth_required
                                     else min(gateway.config.max_request_bytes, PRE_AUTH_MAX_FRAME))
         self.queue: deque[asyncio.Future[bytes | None]] = deque()
@@ -309,8 +310,6 @@ class KafkaConnection(asyncio.Protocol):
         if self._closed:
             return
         self.last_active = time.monotonic()
-        if self.decoder.max_frame_bytes != self.gw.config.max_request_bytes and self.auth.authenticated:
-            self.decoder.max_frame_bytes = self.gw.config.max_request_bytes
         try:
             frames = self.decoder.feed(data)
         except FrameError as exc:

@@ -128,10 +128,14 @@ def _configs(info: dict[str, Any]) -> dict[str, Any]:
     return {"configs": info.get("configs") or {}, "config_version": info.get("config_version", 0)}
 
 
-def _zstd(records: bytes) -> bool:
-    """Whether the (first) v2 batch is zstd-compressed: attributes' low byte is byte 22. Kafka
+def _attributes(records: bytes) -> int:
+    """The low byte of the (first) v2 batch's attributes (byte 22), 0 when there is none. Kafka
     looks at the first batch only; a second batch is refused anyway (INVALID_RECORD)."""
-    return len(records) > 22 and records[16] == 2 and records[22] & 0x07 == CompressionType.ZSTD
+    return records[22] if len(records) > 22 and records[16] == 2 else 0
+
+
+def _zstd(records: bytes) -> bool:
+    return _attributes(records) & 0x07 == CompressionType.ZSTD
 
 
 def _append_time(ms: int) -> datetime.datetime | None:
@@ -140,8 +144,7 @@ def _append_time(ms: int) -> datetime.datetime | None:
 
 
 def _transactional(records: bytes) -> bool:
-    """Whether the (first) v2 batch has the transactional bit (attributes' 0x10, byte 22)."""
-    return len(records) > 22 and records[16] == 2 and bool(records[22] & 0x10)
+    return bool(_attributes(records) & 0x10)
 
 
 def _last_per_partition(topic_data: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -113,6 +113,7 @@ def _step(conn: KafkaConnection, token: bytes) -> tuple[bytes | None, str | None
     again = state.authenticated
     state.succeed(user, mechanism, conn.gw.config.connections_max_reauth_ms)
     conn.org_id = user.org
+    conn.decoder.max_frame_bytes = conn.gw.config.max_request_bytes  # the pre-authentication limit goes
     auth.auth_metrics().labels(mechanism, "success").inc()
     log.debug("%s %s as %s (org %s) with %s", conn.peer, "re-authenticated" if again else "authenticated",
              user.name, user.org, mechanism)

@@ -219,7 +219,7 @@ class PartitionLog:
                 # Kafka answers a duplicate with the original batch's timestamp as its log_append_time
                 return AppendPlan(base_offset=duplicate.base_offset, duplicate=duplicate,
                                   log_append_time_ms=duplicate.max_timestamp)
-            if not header.is_transactional and header.producer_id in self.ongoing_txns and header.has_producer_id:
+            if header.has_producer_id and not header.is_transactional and header.producer_id in self.ongoing_txns:
                 return AppendPlan(Errors.INVALID_TXN_STATE, f"Expected transactional write from producer "
                                                             f"{header.producer_id} at offset {leo} in partition {name}")
             size = len(batch)
@@ -523,7 +523,9 @@ def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: in
     if not config.compact and (
             (create_time and header.max_timestamp <= high and config.message_timestamp_before_max_ms == INT64_MAX)
             or (not create_time and not header.is_log_append_time)):
-        if header.compression:  # the common case: only check that the records decompress
+        # the common case: only check that the records decompress (a batch stored in another
+        # codec is decoded whole by ``stored_codec``, which checks it then)
+        if header.compression and config.codec_for(header.compression)[0] == header.compression:
             try:
                 decompress(header.compression, memoryview(batch)[BATCH_HEADER_SIZE:])
             except CorruptRecordError as exc:
