@@ -28,8 +28,9 @@ from typing import Any
 class InlineRequest(asyncio.Future):  # type: ignore[type-arg]
     """A Future that runs ``coro`` to completion, starting now."""
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], context: contextvars.Context | None = None) -> None:
-        super().__init__()
+    def __init__(self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop,
+                 context: contextvars.Context | None = None) -> None:
+        super().__init__(loop=loop)  # named: finding the running loop costs a getpid() syscall on 3.11
         self._coro = coro
         self._context = context if context is not None else contextvars.copy_context()
         self._waiting: asyncio.Future[Any] | None = None  # what the coroutine awaits

@@ -119,6 +119,7 @@ class ShardRouter:
             sock.connect(ep)
             self._shards.append(_Shard(i, ep, sock))
         self._pinger: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self._ping_ids = itertools.count(1)
         self._monitors: list[tuple[SocketPump, zmq.Socket]] = []
         self._owners: dict[tuple[Any, ...], int] = {}
@@ -172,7 +173,7 @@ class ShardRouter:
 
     async def start(self) -> None:
         """Start readers and pings."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()  # held: each lookup is a getpid() syscall on 3.11
         for s in self._shards:
             self._set_up_gauge(s)
             s.pump = SocketPump(loop, s.sock, lambda frames, s=s: self._on_reply(s, frames[-1]), lambda: None)
@@ -203,7 +204,7 @@ class ShardRouter:
 
     def call(self, shard: int, op: Op, org_id: str, payload: Any, trace: str | None = None) -> asyncio.Future[Any]:
         """Send ``op`` to ``shard``; the future gets the reply payload or ShardUnavailable."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         s = self._shards[shard]
         if not s.alive:

@@ -269,6 +269,7 @@ class KafkaConnection(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.loop = asyncio.get_running_loop()  # held: each lookup is a getpid() syscall on 3.11
         peer = transport.get_extra_info("peername") or ("?", 0)
         self.peer = f"{peer[0]}:{peer[1]}"
         self.client_host = f"/{peer[0]}"
@@ -402,7 +403,7 @@ class KafkaConnection(asyncio.Protocol):
             context = contextvars.copy_context()
             context.run(_connection.set, self)
             self._sasl_pending += 1
-        fut = InlineRequest(self._run(spec, ctx, op), context)
+        fut = InlineRequest(self._run(spec, ctx, op), self.loop, context)
         self.queue.append(fut)
         if fut.done():
             self._answered = True  # written once the whole burst has been dispatched
@@ -443,7 +444,7 @@ class KafkaConnection(asyncio.Protocol):
         return _Closing(data) if resp.get(CLOSE_AFTER) else data
 
     def _enqueue_done(self, data: bytes) -> None:
-        fut: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[bytes | None] = self.loop.create_future()
         fut.set_result(data)
         self.queue.append(fut)
         self._answered = True
@@ -452,7 +453,7 @@ class KafkaConnection(asyncio.Protocol):
         """A request finished: write once this loop pass has finished the others due too."""
         if not self._write_scheduled:
             self._write_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_ready)
+            self.loop.call_soon(self._write_ready)
 
     def _write_ready(self) -> None:
         """Write every finished response at the head of the queue, in order, with one write."""

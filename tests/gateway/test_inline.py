@@ -21,7 +21,7 @@ def test_a_handler_that_awaits_nothing_is_answered_during_construction() -> None
         return "done"
 
     async def main() -> None:
-        req = InlineRequest(handler())
+        req = InlineRequest(handler(), asyncio.get_running_loop())
         assert req.done() and req.result() == "done"
 
     run(main)
@@ -40,7 +40,7 @@ def test_a_handler_resumes_when_the_future_it_awaits_completes() -> None:
             await asyncio.sleep(0)  # a bare yield is resumed on the next loop pass
             return value + 1
 
-        req = InlineRequest(handler())
+        req = InlineRequest(handler(), asyncio.get_running_loop())
         assert steps == ["sent"] and not req.done()
         reply.set_result(41)
         assert await req == 42 and steps == ["sent", "got"]
@@ -61,7 +61,7 @@ def test_an_exception_reaches_the_handler_and_an_uncaught_one_ends_the_request()
                 pass
             await second
 
-        req = InlineRequest(handler())
+        req = InlineRequest(handler(), asyncio.get_running_loop())
         first.set_exception(KeyError("caught by the handler"))
         await asyncio.sleep(0)
         assert not req.done()
@@ -86,7 +86,7 @@ def test_cancel_cancels_what_the_handler_awaits_and_its_cleanup_runs() -> None:
             finally:
                 cleaned.append("finally")
 
-        req = InlineRequest(handler())
+        req = InlineRequest(handler(), asyncio.get_running_loop())
         assert req.cancel() and reply.cancelled()  # a late shard reply finds its future done
         await asyncio.sleep(0)
         assert req.cancelled() and cleaned == ["cancelled", "finally"]
@@ -105,7 +105,7 @@ def test_cancel_between_steps_throws_cancelled_error_in() -> None:
             finally:
                 cleaned.append(True)
 
-        req = InlineRequest(handler())
+        req = InlineRequest(handler(), asyncio.get_running_loop())
         assert req.cancel()
         for _ in range(3):
             await asyncio.sleep(0)
@@ -124,7 +124,7 @@ def test_each_request_sees_its_own_context() -> None:
             return var.get()
 
         ctx = contextvars.copy_context()
-        req = InlineRequest(handler(), ctx)
+        req = InlineRequest(handler(), asyncio.get_running_loop(), ctx)
         assert var.get() == "outer"  # the caller's context is untouched
         gate.set_result(None)
         assert await req == "inner" and ctx[var] == "inner"
