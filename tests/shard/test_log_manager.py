@@ -585,3 +585,23 @@ def test_min_insync_replicas_is_capped_at_the_one_replica(ctx: Ctx) -> None:
     configs = {"min.insync.replicas": "3"}
     [resp] = ctx.produce({"topic": "t", "partition": 0, "records": batch(), "configs": configs}, acks=-1)
     assert resp["error_code"] == Errors.NONE
+
+
+def test_a_refused_batch_tells_where_the_log_starts_as_kafka_does(ctx: Ctx) -> None:
+    """Kafka answers a refusal by the log (sequence, epoch, batch rules) with the partition's log
+    start offset and no message; size and corruption refusals with -1; a message only with record errors."""
+    ctx.put(batch(3))
+    ctx.delete_records(2)
+    ctx.put(batch(1, producer_id=7, producer_epoch=0, base_sequence=0))
+    gap = ctx.put(batch(1, producer_id=7, producer_epoch=0, base_sequence=5))
+    assert (gap["error_code"], gap["log_start_offset"], gap["error_message"]) == (
+        Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, 2, None)
+    raw = bytearray(batch())
+    raw[16] = 1
+    magic = ctx.put(bytes(raw))
+    assert (magic["error_code"], magic["log_start_offset"], magic["error_message"]) == (Errors.INVALID_RECORD, 2, None)
+    big = ctx.put(batch(size=1048588))
+    assert (big["error_code"], big["log_start_offset"], big["error_message"]) == (Errors.MESSAGE_TOO_LARGE, -1, None)
+    raw = bytearray(batch(2))
+    raw[-1] ^= 1
+    assert ctx.put(bytes(raw))["log_start_offset"] == -1

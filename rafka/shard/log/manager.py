@@ -76,6 +76,10 @@ def appended_partitions(records: Iterable[Record]) -> set[PartitionKey]:
     return {tuple(r.key) for r in records if r.type == RecordType.PARTITION_BATCH}
 
 
+_NO_LOG_START = frozenset({Errors.MESSAGE_TOO_LARGE, Errors.CORRUPT_MESSAGE})
+"""Produce refusals Kafka answers with log start offset -1 (ReplicaManager.handleError)."""
+
+
 def _produce_error(topic: str, partition: int, code: Errors, message: str | None) -> dict[str, Any]:
     return {
         "topic": topic,
@@ -275,8 +279,12 @@ class LogManager:
             )
         plan = log.prepare_append(batches, now_ms, config, f"{topic}-{partition}")
         if plan.error:
-            resp = _produce_error(topic, partition, plan.error, plan.message)
+            # as Kafka's ReplicaManager: only record-level errors carry a message, and a refusal
+            # other than a size or corruption one tells the producer where the log starts
+            resp = _produce_error(topic, partition, plan.error, plan.message if plan.record_errors else None)
             resp["record_errors"] = plan.record_errors
+            if plan.error not in _NO_LOG_START:
+                resp["log_start_offset"] = log.log_start_offset
             return [], resp
         ok = {
             "topic": topic,
