@@ -461,6 +461,32 @@ def test_metadata_names_an_illegal_topic_name_as_such(rafka: Rafka) -> None:
         assert [t["error_code"] for t in md["topics"]] == [17]
 
 
+def test_metadata_by_topic_id_is_refused_before_v12_and_answers_ids_alone_from_v12(rafka: Rafka) -> None:
+    """As Kafka: v10/v11 cannot name topics by id (the whole request is INVALID_REQUEST, no
+    brokers); on v12 a request naming an id is answered for its ids only."""
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name, other = _name("by-id"), _name("by-name")
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    for f in admin.create_topics([NewTopic(name, 2), NewTopic(other, 1)]).values():
+        f.result(15)
+    with RawClient("127.0.0.1", rafka.port) as c:
+        [t] = c.request(3, 12, {"topics": [{"name": name, "topic_id": None}], "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})["topics"]
+        topic_id = t["topic_id"]
+        assert t["error_code"] == 0 and topic_id.int != 0
+        for version in (10, 11):
+            md = c.request(3, version, {"topics": [{"name": None, "topic_id": topic_id}],
+                                        "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+            assert md["brokers"] == [] and [(t["error_code"], t["name"]) for t in md["topics"]] == [(42, "")]
+        md = c.request(3, 12, {"topics": [{"name": None, "topic_id": topic_id}, {"name": other, "topic_id": None},
+                                          {"name": None, "topic_id": uuid.uuid4()}],
+                               "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        assert [(t["error_code"], t["name"], len(t["partitions"])) for t in md["topics"]] == [(0, name, 2), (100, None, 0)]
+
+
 def test_create_topics_with_a_manual_replica_assignment(rafka: Rafka) -> None:
     """The assignment sets the partition count; a replica must name this broker (node 0)."""
     from kafka.admin import KafkaAdminClient, NewTopic

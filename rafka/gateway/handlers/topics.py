@@ -66,13 +66,17 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     requested = req.get("topics")
     names: list[str] | None
     by_id: list[uuid.UUID] = []
+    if requested and ctx.api_version < 12 and any(t.get("name") is None or _nonzero(t.get("topic_id"))
+                                                  for t in requested):
+        return _invalid_metadata_request(requested)  # Kafka: "Topic IDs are not supported" before v12
     if requested is None or (ctx.api_version == 0 and not requested):
         names = None
     else:
+        # v12: topics may be asked for by id (KIP-848 consumers resolve assigned topic ids so);
+        # as in Kafka, a request naming any id is answered for its ids alone
+        by_id = [t["topic_id"] for t in requested if _nonzero(t.get("topic_id"))]
         # a name asked for twice is answered once; "" is an invalid name (INVALID_TOPIC_EXCEPTION)
-        names = list(dict.fromkeys(t["name"] for t in requested if t.get("name") is not None))
-        # v10+: a topic may be asked for by id alone (KIP-848 consumers resolve assigned topic ids so)
-        by_id = [t["topic_id"] for t in requested if t.get("name") is None and t.get("topic_id") and t["topic_id"].int]
+        names = [] if by_id else list(dict.fromkeys(t["name"] for t in requested if t.get("name") is not None))
     auto_create = bool(req.get("allow_auto_topic_creation", True)) and ctx.gateway.config.auto_create_topics
     payload = {"names": names, "auto_create": auto_create and names is not None,
                "default_partitions": ctx.gateway.config.default_partitions}
@@ -109,6 +113,20 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
             "controller_id": ctx.gateway.node_id, "topics": topics,
             "cluster_authorized_operations": acl.authorized(req.get("include_cluster_authorized_operations"),
                                                             acl.CLUSTER)}
+
+
+def _nonzero(topic_id: uuid.UUID | None) -> bool:
+    return topic_id is not None and topic_id.int != 0
+
+
+def _invalid_metadata_request(requested: list[dict[str, Any]]) -> dict[str, Any]:
+    """Kafka's answer to a Metadata it refuses whole (MetadataRequest.getErrorResponse): every
+    topic asked for, with INVALID_REQUEST, and no brokers."""
+    return {"throttle_time": 0, "brokers": [], "cluster_id": None, "controller_id": -1,
+            "topics": [{"error_code": Err.INVALID_REQUEST, "name": t.get("name") or "",
+                        "topic_id": t.get("topic_id") or uuid.UUID(int=0), "is_internal": False, "partitions": [],
+                        "topic_authorized_operations": acl.OMITTED} for t in requested],
+            "cluster_authorized_operations": acl.OMITTED}
 
 
 class TopicCache:
