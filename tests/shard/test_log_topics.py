@@ -135,9 +135,25 @@ def test_invalid_replication_factor(ctx: Ctx, rf: int) -> None:
     assert ctx.create("t", rf=rf)["error_code"] == Errors.INVALID_REPLICATION_FACTOR
 
 
-@pytest.mark.parametrize("partitions", [0, -2, 10_001])
+@pytest.mark.parametrize("partitions", [0, -2])
 def test_invalid_partitions(ctx: Ctx, partitions: int) -> None:
-    assert ctx.create("t", partitions)["error_code"] == Errors.INVALID_PARTITIONS
+    r = ctx.create("t", partitions, rf=3)  # checked before the replication factor's placement, as in Kafka
+    assert (r["error_code"], r["error_message"]) == (
+        Errors.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
+
+
+def test_the_partition_cap_is_per_request_and_fails_the_whole_request(ctx: Ctx) -> None:
+    """Kafka caps the partitions one CreateTopics asks for in all (10,000), not each topic's."""
+    def create(*counts: int) -> list[tuple[int, str | None]]:
+        topics = [{"name": f"t{i}", "num_partitions": n, "replication_factor": 1} for i, n in enumerate(counts)]
+        resp = ctx.run("create_topics", ORG, {"topics": topics, "validate_only": True}, 1000)
+        return [(t["error_code"], t["error_message"]) for t in resp["topics"]]
+
+    too_many = (Errors.POLICY_VIOLATION, "Excessively large number of partitions per request.")
+    assert create(6000, 6000) == [too_many, too_many]
+    assert create(10_001, 0) == [too_many, too_many]
+    assert create(5000, 5000) == [(Errors.NONE, None), (Errors.NONE, None)]
+    assert ctx.create("alone", 10_001)["error_code"] == Errors.POLICY_VIOLATION
 
 
 @pytest.mark.parametrize(

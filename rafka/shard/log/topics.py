@@ -201,9 +201,16 @@ class TopicCatalog:
     def create_topics(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
         """CreateTopics. ``op = {topics: [create op...], validate_only}``; response ``{topics: [...]}``.
 
-        A name given twice in one request fails every copy with INVALID_REQUEST.
+        A name given twice in one request fails every copy with INVALID_REQUEST; more than
+        ``max_partitions`` partitions in all fail the whole request (POLICY_VIOLATION), as in Kafka.
         """
         topics = op.get("topics", [])
+        total = sum(self.default_partitions if t.get("num_partitions", -1) == -1 else max(t["num_partitions"], 0)
+                    for t in topics)
+        if total > self.max_partitions:  # Kafka's validateTotalNumberOfPartitions fails the whole request
+            return [], {"topics": [_create_error(t.get("name"), Errors.POLICY_VIOLATION,
+                                                 "Excessively large number of partitions per request.")
+                                   for t in topics]}
         counts: dict[str, int] = {}
         for t in topics:
             counts[t.get("name")] = counts.get(t.get("name"), 0) + 1
@@ -241,27 +248,25 @@ class TopicCatalog:
             return [], _create_error(
                 name, Errors.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {clash}"
             )
-        rf = op.get("replication_factor", -1)
-        if rf not in (1, -1):
-            return [], _create_error(
-                name,
-                Errors.INVALID_REPLICATION_FACTOR,
-                f"Unable to replicate the partition {rf} time(s): only 1 broker is available."
-                if rf > 1
-                else "Replication factor must be larger than 0, or -1 to use the default value.",
-            )
-        partitions = op.get("num_partitions", -1)
-        partitions = self.default_partitions if partitions == -1 else partitions
-        if not 1 <= partitions <= self.max_partitions:
-            return [], _create_error(
-                name,
-                Errors.INVALID_PARTITIONS,
-                f"Number of partitions must be between 1 and {self.max_partitions}, or -1 for the default.",
-            )
-        try:
+        try:  # in Kafka's order: configs, then the replication factor and partition count
             overrides = normalize_overrides(_config_map(op.get("configs")))
         except InvalidConfigError as exc:
             return [], _create_error(name, Errors.INVALID_CONFIG, str(exc))
+        rf = op.get("replication_factor", -1)
+        partitions = op.get("num_partitions", -1)
+        if rf < -1 or rf == 0:
+            return [], _create_error(name, Errors.INVALID_REPLICATION_FACTOR,
+                                     "Replication factor must be larger than 0, or -1 to use the default value.")
+        if partitions < -1 or partitions == 0:
+            return [], _create_error(name, Errors.INVALID_PARTITIONS,
+                                     "Number of partitions was set to an invalid non-positive value.")
+        if rf > 1:
+            return [], _create_error(name, Errors.INVALID_REPLICATION_FACTOR,
+                                     f"Unable to replicate the partition {rf} time(s): The target replication factor "
+                                     f"of {rf} cannot be reached because only 1 broker(s) are registered.")
+        partitions = self.default_partitions if partitions == -1 else partitions
+        if partitions > self.max_partitions:  # one topic alone (create_topic, auto-creation)
+            return [], _create_error(name, Errors.POLICY_VIOLATION, "Excessively large number of partitions per request.")
         ok = {
             "error_code": Errors.NONE,
             "error_message": None,
