@@ -512,10 +512,17 @@ def build_control_batch(producer_id: int, producer_epoch: int, committed: bool, 
 
 def control_type(batch: bytes | bytearray | memoryview) -> int:
     """``CONTROL_COMMIT`` or ``CONTROL_ABORT`` of a control batch (-1 if unreadable)."""
+    return control_marker(batch)[0]
+
+
+def control_marker(batch: bytes | bytearray | memoryview) -> tuple[int, int]:
+    """``(type, coordinator epoch)`` of a control batch's marker, -1 for what is unreadable."""
     try:
         first = next(iter_records(batch))
     except (ValueError, StopIteration):
-        return -1
+        return -1, -1
     if first.key is None or len(first.key) < _CONTROL_KEY.size:
-        return -1
-    return _CONTROL_KEY.unpack_from(first.key)[1]
+        return -1, -1
+    value = first.value
+    epoch = _CONTROL_VALUE.unpack_from(value)[1] if value is not None and len(value) >= _CONTROL_VALUE.size else -1
+    return _CONTROL_KEY.unpack_from(first.key)[1], epoch

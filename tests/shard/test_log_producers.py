@@ -210,3 +210,37 @@ def test_old_allocations_are_dropped_and_their_ids_stay_taken() -> None:
     compacted = ProducerIdManager()  # a log compacted by an older rafka kept only the tombstone; the clock stepped back
     compacted.replay(tombstones[0])
     assert compacted.init_producer_id(ORG, {}, 0)[1]["producer_id"] > old
+
+
+def test_describe_producers_shows_the_last_batch_timestamp_and_the_markers_coordinator_epoch() -> None:
+    """As Kafka's ProducerStateEntry: the last batch's max timestamp (the producer's CreateTime),
+    not the broker's append time; the coordinator epoch of the last marker, -1 before one;
+    both kept across a rebuild from a snapshot."""
+    ctx = Ctx()
+    hour_ago = 1_700_000_000_000
+
+    def put(data: bytes) -> None:
+        op = {"acks": -1, "partitions": [{"topic": "t", "partition": 0, "records": data}]}
+        ctx.apply(ctx.manager.produce(ORG, op, hour_ago + 3_600_000)[0])
+
+    def described() -> dict[int, tuple[int, int]]:
+        [p] = ctx.manager.describe_producers(ORG, {"partitions": [{"topic": "t", "partition": 0}]})["partitions"]
+        return {e["producer_id"]: (e["last_timestamp"], e["coordinator_epoch"]) for e in p["active_producers"]}
+
+    put(build_batch([SimpleRecord(None, b"v", hour_ago), SimpleRecord(None, b"v", hour_ago - 9)],
+                    producer_id=7, producer_epoch=0, base_sequence=0))
+    assert described() == {7: (hour_ago, -1)}
+    put(build_batch([SimpleRecord(None, b"v", hour_ago + 5)], producer_id=9, producer_epoch=0, base_sequence=0,
+                    transactional=True))
+    records, refused = ctx.manager.write_markers(
+        ORG, {"producer_id": 9, "producer_epoch": 0, "committed": True, "partitions": [["t", 0]]}, hour_ago + 3_600_009)
+    ctx.apply(records)
+    got = described()
+    assert refused == [] and got == {7: (hour_ago, -1), 9: (hour_ago + 3_600_009, 0)}
+    log = ctx.manager.logs[(ORG, "t", 0)]
+    rebuilt = PartitionLog()
+    rebuilt.producers.restore(log.producers.snapshot())
+    assert {pid: (e.last_timestamp, e.coordinator_epoch) for pid, e in rebuilt.producers.entries.items()} == got
+    old_format = [entry[:4] for entry in log.producers.snapshot()]  # written before these two fields
+    rebuilt.producers.restore(old_format)
+    assert rebuilt.producers.entries[7].last_timestamp == hour_ago

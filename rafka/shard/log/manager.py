@@ -217,7 +217,7 @@ class LogManager:
         for p in op.get("partitions", []):
             log = self.log(org_id, p["topic"], p["partition"], p.get("topic_id")) or _EMPTY
             producers = [{"producer_id": pid, "producer_epoch": e.producer_epoch, "last_sequence": e.last_seq,
-                          "last_timestamp": e.last_append_ms, "coordinator_epoch": -1,
+                          "last_timestamp": e.last_timestamp, "coordinator_epoch": e.coordinator_epoch,
                           "current_txn_start_offset": log.ongoing_txns.get(pid, -1)}
                          for pid, e in sorted(log.producers.entries.items())]
             out.append({"topic": p["topic"], "partition": p["partition"], "error_code": Errors.NONE,

@@ -61,7 +61,7 @@ from rafka.protocol.records import (
     InvalidRecordError,
     batch_last_offset,
     build_control_batch,
-    control_type,
+    control_marker,
     decompress,
     iter_records,
     parse_header,
@@ -262,12 +262,15 @@ class PartitionLog:
         if not seg.batches:
             seg.created_ms = append_ms
         _add(seg, batch, header, append_ms)
-        self.producers.update(header, append_ms)
         if header.is_control:
+            marker, coordinator_epoch = control_marker(batch)
+            self.producers.update(header, append_ms, coordinator_epoch)
             first = self.ongoing_txns.pop(header.producer_id, None)
-            if first is not None and control_type(batch) == CONTROL_ABORT:
+            if first is not None and marker == CONTROL_ABORT:
                 self.aborted_txns.append((header.producer_id, first, header.base_offset))
-        elif header.is_transactional:
+            return
+        self.producers.update(header, append_ms)
+        if header.is_transactional:
             self.ongoing_txns.setdefault(header.producer_id, header.base_offset)
 
     def apply_compaction(self, value: dict[str, Any]) -> None:

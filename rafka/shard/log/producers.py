@@ -32,7 +32,7 @@ How this works (Kafka's ProducerStateManager / ProducerAppendInfo / ProducerStat
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rafka import ids
@@ -63,7 +63,9 @@ class ProducerStateEntry:
     producer_id: int
     producer_epoch: int = NO_PRODUCER_EPOCH
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
-    last_append_ms: int = -1
+    last_append_ms: int = -1  # broker time of the last append: expiry counts from it
+    last_timestamp: int = -1  # the last batch's max timestamp, or the last marker's (DescribeProducers)
+    coordinator_epoch: int = -1  # of the last transaction marker
 
     @property
     def last_seq(self) -> int:
@@ -115,18 +117,21 @@ class ProducerStateManager:
             return Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, None
         return Errors.NONE, None
 
-    def update(self, header: BatchHeader, append_ms: int) -> None:
-        """Record an appended batch (replay only); ``header`` carries its assigned offset."""
+    def update(self, header: BatchHeader, append_ms: int, coordinator_epoch: int = -1) -> None:
+        """Record an appended batch (replay only); ``header`` carries its assigned offset, and a
+        marker's ``coordinator_epoch`` is the one its record holds."""
         if not header.has_producer_id:
             return
         entry = self.entries.get(header.producer_id)
         if entry is None:
             entry = self.entries[header.producer_id] = ProducerStateEntry(header.producer_id)
+        entry.last_timestamp = header.max_timestamp
         if header.is_control:  # a transaction marker may carry a bumped (fencing) epoch
             if header.producer_epoch > entry.producer_epoch:
                 entry.producer_epoch = header.producer_epoch
                 entry.batches.clear()
             entry.last_append_ms = max(entry.last_append_ms, append_ms)
+            entry.coordinator_epoch = coordinator_epoch
             return
         if entry.producer_epoch != header.producer_epoch:
             entry.producer_epoch = header.producer_epoch
@@ -143,9 +148,8 @@ class ProducerStateManager:
         for pid in producer_ids:
             entry = self.entries.get(pid)
             if entry is not None:
-                scratch.entries[pid] = ProducerStateEntry(
-                    pid, entry.producer_epoch, deque(entry.batches, maxlen=NUM_BATCHES_TO_RETAIN), entry.last_append_ms
-                )
+                scratch.entries[pid] = replace(
+                    entry, batches=deque(entry.batches, maxlen=NUM_BATCHES_TO_RETAIN))
         return scratch
 
     def remove(self, producer_id: int) -> None:
@@ -155,16 +159,18 @@ class ProducerStateManager:
     def snapshot(self) -> list[list[Any]]:
         """Every entry as plain data (msgpack), for ``restore``."""
         return [[e.producer_id, e.producer_epoch, e.last_append_ms,
-                 [[b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.max_timestamp] for b in e.batches]]
+                 [[b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.max_timestamp] for b in e.batches],
+                 e.last_timestamp, e.coordinator_epoch]
                 for e in self.entries.values()]
 
     def restore(self, snapshot: list[list[Any]]) -> None:
-        """Replace every entry by those of a ``snapshot``."""
-        self.entries = {
-            pid: ProducerStateEntry(pid, epoch, deque((BatchMetadata(*b) for b in batches),
-                                                      maxlen=NUM_BATCHES_TO_RETAIN), last_append_ms)
-            for pid, epoch, last_append_ms, batches in snapshot
-        }
+        """Replace every entry by those of a ``snapshot`` (one written before the last two
+        fields existed takes the last batch's timestamp and no coordinator epoch)."""
+        self.entries = {}
+        for pid, epoch, last_append_ms, batches, *rest in snapshot:
+            metas = deque((BatchMetadata(*b) for b in batches), maxlen=NUM_BATCHES_TO_RETAIN)
+            last_timestamp, coordinator_epoch = rest or (metas[-1].max_timestamp if metas else -1, -1)
+            self.entries[pid] = ProducerStateEntry(pid, epoch, metas, last_append_ms, last_timestamp, coordinator_epoch)
 
 
 class ProducerIdManager:
