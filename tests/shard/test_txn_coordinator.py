@@ -197,6 +197,12 @@ def test_describe_and_list() -> None:
     assert d["transaction_state"] == "Ongoing" and d["transaction_start_time"] == T0
     assert d["topics"] == [{"topic": "t", "partitions": [1, 0]}, {"topic": "u", "partitions": [0]}]
     assert missing["error_code"] == Errors.TRANSACTIONAL_ID_NOT_FOUND
+    for group in ("g", "g", "h"):  # as Kafka: each group's offsets partition, once
+        ctx.call("add_offsets", transactional_id="tx", producer_id=pid, producer_epoch=0, group_id=group)
+    [d] = ctx.coord.describe(ORG, {"transactional_ids": ["tx"]})["transaction_states"]
+    offsets = sorted({ids.coordinator_partition(ORG, g) for g in ("g", "h")})
+    assert d["topics"][:2] == [{"topic": "t", "partitions": [1, 0]}, {"topic": "u", "partitions": [0]}]
+    assert d["topics"][2]["topic"] == "__consumer_offsets" and sorted(d["topics"][2]["partitions"]) == offsets
     listed = ctx.coord.list(ORG, {"state_filters": ["Ongoing"]}, ctx.now)["transaction_states"]
     assert listed == [{"transactional_id": "tx", "producer_id": pid, "transaction_state": "Ongoing"}]
     assert len(ctx.coord.list(ORG, {}, ctx.now)["transaction_states"]) == 2

@@ -27,7 +27,7 @@ def _handler(fn: Callable[[str, Any, int], tuple[list[Record], Any]]) -> Callabl
 def install(state: ShardState, logs: Any) -> TransactionCoordinator:
     """Register the transaction ops and record types on ``state`` (after the DataPlane)."""
     ids = logs.producer_ids
-    coordinator = TransactionCoordinator(ids.peek, ids.observe)
+    coordinator = TransactionCoordinator(ids.peek, ids.observe, partitions=ids.partitions)
     offsets = TxnOffsets()
     participant = TxnParticipant(state.groups, logs, offsets)
     state.groups.txn_pending = offsets.has_pending

@@ -26,8 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rafka.ids import DEFAULT_COORDINATOR_PARTITIONS, coordinator_partition
 from rafka.shard.records import Record, RecordType
 from rafka.shard.txn.state import PREPARED, TransactionMetadata, TransactionState
+
+OFFSETS_TOPIC = "__consumer_offsets"
 
 S = TransactionState
 Result = tuple[list[Record], dict[str, Any]]
@@ -60,8 +63,10 @@ class TransactionCoordinator:
     """Transactional ids of one shard: handlers, ``replay`` and ``sweep``."""
 
     def __init__(self, allocate_producer_id: Callable[[str, str, int], int], on_producer_id: Callable[[int], None] = lambda _: None,
-                 *, max_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS) -> None:
+                 *, max_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
+                 partitions: int = DEFAULT_COORDINATOR_PARTITIONS) -> None:
         self.txns: dict[tuple[str, str], TransactionMetadata] = {}
+        self.partitions = partitions  # coordinator partitions: a group's offsets partition (DescribeTransactions)
         self.allocate_producer_id = allocate_producer_id  # (org, transactional id, now) → next unused id (pure peek)
         self.on_producer_id = on_producer_id  # replay saw an id: move the allocator past it
         self.max_timeout_ms = max_timeout_ms
@@ -241,6 +246,10 @@ class TransactionCoordinator:
             topics: dict[str, list[int]] = {}
             for t, p in meta.partitions:
                 topics.setdefault(t, []).append(p)
+            for group in meta.groups:  # as Kafka, whose AddOffsetsToTxn adds the group's offsets partition
+                offsets = topics.setdefault(OFFSETS_TOPIC, [])
+                if (p := coordinator_partition(org_id, group, self.partitions)) not in offsets:
+                    offsets.append(p)
             out.append({"error_code": 0, "transactional_id": tid, "transaction_state": meta.state.value,
                         "transaction_timeout": meta.timeout_ms, "transaction_start_time": meta.start_ms,
                         "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
