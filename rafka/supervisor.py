@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rafka import datadir
 from rafka.config import Config, to_argv
 
 log = logging.getLogger("rafka.supervisor")
@@ -66,6 +67,13 @@ class Supervisor:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
 
     def run(self) -> int:
+        try:  # before anything is written: a second broker on this directory stops here
+            self._lock = datadir.lock(Path(self.cfg.data_dir) / "serve.lock", "rafka serve")
+            if not self.cfg.in_memory:
+                datadir.check_layout(self.cfg.data_dir, self.cfg.coordinator_partitions)
+        except datadir.DataDirError as exc:
+            log.error("%s", exc)
+            return 2
         self._prepare_dirs()
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)

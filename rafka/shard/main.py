@@ -8,8 +8,9 @@ import signal
 
 from rafka import loops, telemetry
 from rafka.config import Config
+from rafka.datadir import DataDirError, claim_shard
 from rafka.shard.runtime import ShardRuntime
-from rafka.shard.state import build_state
+from rafka.shard.state import build_state, owned_partitions
 
 log = logging.getLogger("rafka.shard")
 
@@ -30,6 +31,12 @@ async def serve(cfg: Config, shard_id: int) -> bool:
 
 def main(cfg: Config, shard_id: int, standalone_metrics: bool) -> None:
     loops.set_process_name(f"rafka-shard-{shard_id}")
+    if not cfg.in_memory:
+        try:  # held until the process ends
+            claim_shard(cfg.data_dir, cfg.coordinator_partitions, owned_partitions(cfg, shard_id), shard_id)
+        except DataDirError as exc:
+            log.error("%s", exc)
+            raise SystemExit(2) from None
     if cfg.shard_endpoints is None:
         cfg.run_dir().mkdir(parents=True, exist_ok=True)
     if standalone_metrics and cfg.metrics_port:

@@ -14,6 +14,12 @@ from rafka.shard.handlers import ShardState
 from rafka.shard.wal import Wal
 
 
+def owned_partitions(cfg: Config, shard_id: int) -> set[int]:
+    """The coordinator partitions (and so the write-ahead-log streams) shard ``shard_id`` owns."""
+    shards = len(cfg.endpoints())
+    return {p for p in range(cfg.coordinator_partitions) if ids.shard_for_partition(p, shards) == shard_id}
+
+
 def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
     """The managers of shard ``shard_id``, wired to ``runtime``'s timer."""
     group_cfg = GroupConfig(
@@ -36,9 +42,7 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
     groups.on_event = runtime.on_group_event
     wal = None
     if not cfg.in_memory:
-        shards = len(cfg.endpoints())
-        owned = {p for p in range(cfg.coordinator_partitions) if ids.shard_for_partition(p, shards) == shard_id}
-        wal = Wal(cfg.data_dir, owned, cfg.coordinator_partitions, fsync=cfg.fsync)
+        wal = Wal(cfg.data_dir, owned_partitions(cfg, shard_id), cfg.coordinator_partitions, fsync=cfg.fsync)
         fsync_hist = runtime.metrics.fsync.labels(str(shard_id))
         wal.on_fsync = fsync_hist.observe
     state = ShardState(shard_id, groups, wal=wal)

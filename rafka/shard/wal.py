@@ -8,7 +8,8 @@ the coordinator partition that owns that log). Because streams follow coordinato
 partitions, a shard started with another ``--shards`` count simply opens the
 partitions it now owns: nothing moves, nothing is lost.
 
-A stream is a directory of segment files ``<seq>.wal``; each entry is
+A stream is a directory of segment files ``<seq>.wal`` (other names there, and directories
+that fit no stream, are ignored with a log line); each entry is
 ``u32 length | u32 crc32c | msgpack [[type, key, value], ...]`` — the records one
 ``append`` call gives that stream, written and checksummed as one unit, so a torn
 write loses a whole op's records or none, and recovery decodes thousands of
@@ -132,12 +133,15 @@ class Stream:
         self.appends = 0  # entries appended since start: tells one drop of the log from a later one
 
     def segments(self) -> list[Path]:
-        return sorted(self.dir.glob("*.wal"))
+        """The segment files ``<seq>.wal``, in order (not a copy an operator left beside them)."""
+        return sorted(path for path in self.dir.glob("*.wal") if path.stem.isdigit())
 
     def recover(self) -> Iterator[list[Record]]:
         """Yield the good records of each segment; truncate a torn tail; open the last segment for appends."""
         self.dir.mkdir(parents=True, exist_ok=True)
         segs = self.segments()
+        for stray in sorted(set(self.dir.glob("*.wal")) - set(segs)):
+            log.warning("%s: not a write-ahead-log segment name; ignored", stray)
         dropped_at: int | None = None
         for i, seg in enumerate(segs):
             records, good, why = read_entries(seg)
@@ -272,6 +276,18 @@ class Stream:
                 self.fd = None
 
 
+def _subdirs(path: Path, digits: bool = False) -> list[Path]:
+    """The directories under ``path`` (with all-digit names if ``digits``, as partition directories
+    are), sorted; anything else there is named in a log line and left alone."""
+    found = []
+    for child in sorted(path.iterdir()):
+        if child.is_dir() and (not digits or child.name.isdigit()):
+            found.append(child)
+        else:
+            log.warning("%s: not part of the write-ahead log's layout; ignored", child)
+    return found
+
+
 def _fsync_dir(path: Path) -> None:
     """Make the directory's entries (a rename, a new file) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -373,9 +389,9 @@ class Wal:
             base = logs_root / f"{p:02d}"
             if not base.is_dir():
                 continue
-            for org_dir in sorted(base.iterdir()):
-                for topic_dir in sorted(org_dir.iterdir()):
-                    for part_dir in sorted(topic_dir.iterdir(), key=lambda d: int(d.name)):
+            for org_dir in _subdirs(base):
+                for topic_dir in _subdirs(org_dir):
+                    for part_dir in sorted(_subdirs(topic_dir, digits=True), key=lambda d: int(d.name)):
                         key = ("logs", p, urllib.parse.unquote(org_dir.name), urllib.parse.unquote(topic_dir.name),
                                int(part_dir.name))
                         stream = self._stream(key)

@@ -303,3 +303,37 @@ def test_torn_and_corrupt_wal_tail_recovers_to_last_good_record(tmp_path: Path) 
         assert "checksum mismatch" in broker.logs()
     finally:
         broker.stop()
+
+
+def test_a_second_broker_on_the_same_data_directory_refuses_to_start(tmp_path: Path) -> None:
+    """As Kafka's log-dir .lock: two brokers on one directory both acknowledged writes at the same
+    offsets and one's were lost at the next restart; a directory written with one coordinator
+    partition count is refused under another, which would hide every topic."""
+    import subprocess
+    import sys
+
+    from tests.integration.conftest import ROOT, free_port
+
+    first = Rafka(tmp_path / "data", shards=1).start()
+    topic = _name("t")
+
+    def serve(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "rafka", "serve", "--port", str(free_port()), "--metrics-port",
+                               "0", "--shards", "1", "--data-dir", str(tmp_path / "data"), *flags],
+                              cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
+
+    try:
+        create_topic(first.bootstrap, topic, 1)
+        second = serve()
+        assert second.returncode == 2 and "another rafka process is using this data directory" in second.stderr
+        p = Producer({"bootstrap.servers": first.bootstrap})
+        for i in range(10):
+            p.produce(topic, value=f"v{i}".encode(), partition=0)
+        assert p.flush(10) == 0
+        first.stop()
+        other_count = serve("--coordinator-partitions", "16")
+        assert other_count.returncode == 2 and "written with --coordinator-partitions 64, not 16" in other_count.stderr
+        first.start()
+        assert len(_read_all(first.bootstrap, topic, 10)) == 10
+    finally:
+        first.stop()

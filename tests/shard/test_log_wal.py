@@ -349,3 +349,30 @@ def test_a_compacted_logs_files_follow_its_live_keys_with_full_sized_segments(tm
         for r in records:
             fresh.replay(r)
     assert [b for s in fresh.logs[(ORG, "t", 0)].segments for b in s.batches] == before
+
+
+def test_files_an_operator_left_in_the_data_directory_are_ignored_with_a_log_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A backup copy of a partition directory, a copied segment and a stray file crashed the
+    shard's recovery on their names, and the supervisor restarted it forever."""
+    import shutil
+
+    shard = Shard(tmp_path)
+    for i in range(6):
+        shard.produce(1000 + i)
+    before = shard.restart()
+    expected = before.state()
+    part = next((tmp_path / "logs").glob(f"*/{ORG}/t/0"))
+    shutil.copytree(part, part.with_name("0.bak"))
+    first = min(part.glob("*.wal"))
+    shutil.copy(first, part / f"{first.stem} copy.wal")
+    (part.parent.parent / "notes.txt").write_text("x")
+    before.wal.close()
+    with caplog.at_level("WARNING"):
+        after = Shard(tmp_path)
+        for records in after.wal.recover():
+            for r in records:
+                after.logs.replay(r)
+    assert after.state() == expected
+    ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert len(ignored) == 3 and all(name in " ".join(ignored) for name in ("0.bak", "copy.wal", "notes.txt"))

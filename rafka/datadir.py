@@ -1,0 +1,84 @@
+"""Claiming a data directory before writing under it.
+
+How this works. As a Kafka broker locks ``<log.dir>/.lock``, a process that writes under
+``--data-dir`` first claims what it will write: ``rafka serve`` locks ``serve.lock``, and a
+shard locks ``locks/<p>.lock`` for every coordinator partition whose streams it owns. The
+locks are ``flock`` locks, which the kernel drops when their process dies however it dies,
+so a crashed process never leaves a stale lock; a second broker on the same directory, or a
+shard started twice (or under another ``--shards`` count while the first still runs), fails
+at once with the holder's pid instead of appending to the same streams.
+
+``layout.json`` records the ``--coordinator-partitions`` the directory was written with:
+every record's stream follows from that count, so a process started with another count
+would find no topics and few groups where they are, and its first writes would bury them.
+It is refused instead. A directory written before the file existed takes the count it is
+opened with.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+LAYOUT_FILE = "layout.json"
+
+
+class DataDirError(Exception):
+    """The data directory is in use by another process, or was written under another layout."""
+
+
+def lock(path: Path, holder: str) -> int:
+    """Take an exclusive ``flock`` on ``path`` (created if missing) for this process's lifetime:
+    the open file descriptor it returns holds it. Raise ``DataDirError`` naming the holder's pid
+    if another process has it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise DataDirError(f"{path} is locked by pid {other}: another rafka process is using this data "
+                           f"directory ({holder} cannot start)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def check_layout(data_dir: str | Path, coordinator_partitions: int) -> None:
+    """Refuse a data directory written with another coordinator partition count; record the
+    count in a directory that has none yet (written atomically: shards starting together race)."""
+    root = Path(data_dir)
+    path = root / LAYOUT_FILE
+    try:
+        recorded = json.loads(path.read_text())["coordinator_partitions"]
+    except FileNotFoundError:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f"{LAYOUT_FILE}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"coordinator_partitions": coordinator_partitions}) + "\n")
+        os.replace(tmp, path)
+        return
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataDirError(f"{path} is unreadable ({exc!r}): restore it or remove it to adopt "
+                           f"--coordinator-partitions {coordinator_partitions}") from None
+    if recorded != coordinator_partitions:
+        raise DataDirError(f"{root} was written with --coordinator-partitions {recorded}, not "
+                           f"{coordinator_partitions}: every topic and group is placed by that count, so start "
+                           f"with --coordinator-partitions {recorded}")
+
+
+def claim_shard(data_dir: str | Path, coordinator_partitions: int, owned: set[int], shard_id: int) -> list[int]:
+    """Check the layout and lock each owned coordinator partition; the descriptors hold the locks
+    (all released if one is taken)."""
+    check_layout(data_dir, coordinator_partitions)
+    fds: list[int] = []
+    try:
+        for p in sorted(owned):
+            fds.append(lock(Path(data_dir) / "locks" / f"{p:02d}.lock", f"shard {shard_id}"))
+    except DataDirError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds

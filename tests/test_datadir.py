@@ -1,0 +1,40 @@
+"""Claiming a data directory: flock locks and the recorded coordinator partition count."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rafka.datadir import LAYOUT_FILE, DataDirError, check_layout, claim_shard, lock
+
+
+def test_a_lock_is_exclusive_names_its_holder_and_goes_with_its_descriptor(tmp_path: Path) -> None:
+    path = tmp_path / "serve.lock"
+    fd = lock(path, "rafka serve")
+    with pytest.raises(DataDirError, match=rf"locked by pid {os.getpid()}: another rafka process"):
+        lock(path, "rafka serve")  # flock conflicts between two open files, even in one process
+    os.close(fd)  # what the kernel does when the holder dies
+    os.close(lock(path, "rafka serve"))
+
+
+def test_the_layout_is_recorded_once_and_another_count_is_refused(tmp_path: Path) -> None:
+    check_layout(tmp_path, 64)
+    assert json.loads((tmp_path / LAYOUT_FILE).read_text()) == {"coordinator_partitions": 64}
+    check_layout(tmp_path, 64)
+    with pytest.raises(DataDirError, match="written with --coordinator-partitions 64, not 16"):
+        check_layout(tmp_path, 16)
+    (tmp_path / LAYOUT_FILE).write_text("{")
+    with pytest.raises(DataDirError, match="unreadable"):
+        check_layout(tmp_path, 64)
+
+
+def test_a_shard_claims_every_partition_it_owns_or_none(tmp_path: Path) -> None:
+    held = claim_shard(tmp_path, 4, {1, 3}, 1)
+    with pytest.raises(DataDirError, match="03.lock is locked"):
+        claim_shard(tmp_path, 4, {0, 2, 3}, 0)  # overlaps at partition 3 (another --shards count)
+    other = claim_shard(tmp_path, 4, {0, 2}, 0)  # 0 and 2 were released when 3 failed
+    for fd in held + other:
+        os.close(fd)
