@@ -27,9 +27,10 @@ the fsync policy and returns a future to wait on (or None when nothing waits):
 
 Recovery reads each stream in order and hands every record to the same
 ``replay`` the live path uses. A torn or corrupt tail (short entry, bad length,
-bad checksum) is truncated at the last good entry with a log line. Damage inside
-a sealed segment (fsynced whole when it rolled) loses the rest of that segment
-only: the later segments hold acknowledged records and are replayed (a partition
+bad checksum) is truncated at the last good entry with a log line. A bad entry
+that good entries follow is damage, not a torn write: it alone is skipped, with an
+error line. Damage that cannot be skipped inside a sealed segment (fsynced whole
+when it rolled) loses the rest of that segment only: the later segments hold acknowledged records and are replayed (a partition
 log then has a gap of offsets, as a compacted Kafka log does). Meta streams
 roll at ``segment_bytes``; sealed segments are compacted in the background by key
 (the last value of each (type, key) survives, order kept, and deleted keys go
@@ -92,28 +93,45 @@ def encode_entry(records: list[Record]) -> bytes:
     return _HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
-def read_entries(path: Path) -> tuple[list[Record], int, str | None]:
-    """Records of one segment, the byte length of its good prefix, and why it stopped early."""
+def read_entries(path: Path) -> tuple[list[Record], int, str | None, list[tuple[int, int, str]]]:
+    """Records of one segment, the byte length of its good prefix, why it stopped early, and the
+    damaged entries it skipped as ``(byte position, length, why)``.
+
+    A write is torn only at the end of a segment, so an entry whose checksum or content is bad
+    but whose length leads to a good entry is damage on disk: it alone is skipped, and the
+    (acknowledged) entries after it are read. One that leads to no good entry ends the prefix."""
     data = path.read_bytes()
     out: list[Record] = []
+    skipped: list[tuple[int, int, str]] = []
     pos = 0
     while pos < len(data):
-        if len(data) - pos < _HEAD.size:
-            return out, pos, "torn entry header"
-        length, crc = _HEAD.unpack_from(data, pos)
-        end = pos + _HEAD.size + length
-        if length > MAX_ENTRY or end > len(data):
-            return out, pos, "torn entry"
-        payload = data[pos + _HEAD.size : end]
-        if crc32c.crc32c(payload) != crc:
-            return out, pos, "checksum mismatch"
-        try:
-            entry = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=False)
-        except Exception:
-            return out, pos, "undecodable entry"
-        out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
+        entry, end, why = _entry_at(data, pos)
+        if why is not None:
+            if end == pos or end >= len(data) or _entry_at(data, end)[2] is not None:
+                return out, pos, why, skipped
+            skipped.append((pos, end - pos, why))
+        else:
+            out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
         pos = end
-    return out, pos, None
+    return out, pos, None, skipped
+
+
+def _entry_at(data: bytes, pos: int) -> tuple[Any, int, str | None]:
+    """The decoded entry at ``pos``, where the next one starts (``pos`` when its length is not to
+    be trusted), and what is wrong with it, if anything."""
+    if len(data) - pos < _HEAD.size:
+        return None, pos, "torn entry header"
+    length, crc = _HEAD.unpack_from(data, pos)
+    end = pos + _HEAD.size + length
+    if length > MAX_ENTRY or end > len(data):
+        return None, pos, "torn entry"
+    payload = data[pos + _HEAD.size : end]
+    if crc32c.crc32c(payload) != crc:
+        return None, end, "checksum mismatch"
+    try:
+        return msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=False), end, None
+    except Exception:
+        return None, end, "undecodable entry"
 
 
 class Stream:
@@ -144,7 +162,10 @@ class Stream:
             log.warning("%s: not a write-ahead-log segment name; ignored", stray)
         dropped_at: int | None = None
         for i, seg in enumerate(segs):
-            records, good, why = read_entries(seg)
+            records, good, why, skipped = read_entries(seg)
+            for at, size, what in skipped:
+                log.error("%s: %s in the %d-byte entry at byte %d: its records are lost, the entries after "
+                          "it are kept (damage on disk)", seg, what, size, at)
             if why is not None and i < len(segs) - 1:
                 # a sealed segment was fsynced whole when it rolled: this is damage on disk, not a torn
                 # write, and the segments after it hold acknowledged records, so they are kept
@@ -301,7 +322,7 @@ def compact_segments(paths: list[Path]) -> list[Record]:
     """The last record of each (type, key) across ``paths``, in order of last occurrence."""
     last: dict[tuple[int, tuple[Any, ...]], Record] = {}
     for p in paths:
-        records, _good, _why = read_entries(p)
+        records = read_entries(p)[0]
         for r in records:
             k = (r.type, r.key)
             last.pop(k, None)  # re-insert so dict order follows the last occurrence

@@ -22,9 +22,10 @@ CONFIGS = {"retention.ms": "3600000"}
 class Shard:
     """A LogManager whose records go through a Wal with tiny segments, as the runtime's do."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, segment_bytes: int = 400) -> None:
         self.path = path
-        self.wal = Wal(path, set(range(PARTITIONS)), PARTITIONS, fsync="never", segment_bytes=400)
+        self.segment_bytes = segment_bytes
+        self.wal = Wal(path, set(range(PARTITIONS)), PARTITIONS, fsync="never", segment_bytes=segment_bytes)
         self.logs = LogManager(coordinator_partitions=PARTITIONS)
 
     def apply(self, records: list[Record]) -> None:
@@ -46,7 +47,7 @@ class Shard:
 
     def restart(self) -> Shard:
         self.wal.close()
-        fresh = Shard(self.path)
+        fresh = Shard(self.path, self.segment_bytes)
         for records in fresh.wal.recover():
             for r in records:
                 fresh.logs.replay(r)
@@ -376,3 +377,32 @@ def test_files_an_operator_left_in_the_data_directory_are_ignored_with_a_log_lin
     assert after.state() == expected
     ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
     assert len(ignored) == 3 and all(name in " ".join(ignored) for name in ("0.bak", "copy.wal", "notes.txt"))
+
+
+def test_a_damaged_entry_that_good_entries_follow_is_skipped_not_taken_for_a_torn_tail(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A write is torn only at the end of a segment. A bad byte in an entry of the active segment
+    that intact, acknowledged entries follow cut them all off (and offsets were then handed out
+    again); now only the damaged entry's batch is lost, with an error line."""
+    import struct
+
+    shard = Shard(tmp_path, segment_bytes=1 << 20)
+    for i in range(3):
+        shard.produce(1000 + i)
+    [stream] = shard.wal.streams.values()
+    [active] = stream.segments()
+    data = bytearray(active.read_bytes())
+    starts, pos = [], 0
+    while pos < len(data):
+        starts.append(pos)
+        pos += 8 + struct.unpack_from(">I", data, pos)[0]
+    assert len(starts) == 3, "one entry per batch"
+    data[starts[1] + 12] ^= 0xFF  # inside the payload of the middle entry
+    active.write_bytes(bytes(data))
+    with caplog.at_level("ERROR"):
+        after = shard.restart()
+    _start, end, *_, offsets = after.state()
+    assert (end, offsets) == (3, [0, 2]), "the batch after the damaged one is back"
+    assert active.stat().st_size == len(data), "nothing was truncated"
+    assert any("entries after it are kept" in r.getMessage() for r in caplog.records)
+    assert after.produce(5000)["base_offset"] == 3, "no offset is handed out twice"
