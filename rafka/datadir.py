@@ -57,8 +57,16 @@ def check_layout(data_dir: str | Path, coordinator_partitions: int) -> None:
     except FileNotFoundError:
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f"{LAYOUT_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"coordinator_partitions": coordinator_partitions}) + "\n")
+        with open(tmp, "w") as f:
+            f.write(json.dumps({"coordinator_partitions": coordinator_partitions}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # the rename survives a power loss
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
         return
     except (ValueError, KeyError, TypeError) as exc:
         raise DataDirError(f"{path} is unreadable ({exc!r}): restore it or remove it to adopt "

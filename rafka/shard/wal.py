@@ -17,6 +17,9 @@ records per call into C. Appends go straight to
 the file (page cache). ``commit()`` makes everything appended so far durable under
 the fsync policy and returns a future to wait on (or None when nothing waits):
 
+A directory that gained an entry (a new segment file, a new stream directory) is fsynced
+in the same pass as the entries in it, so a power loss cannot take the file away.
+
 * ``always`` — fsync the written streams now, on the loop, before replies leave;
 * ``batch``  — group commit: a syncer thread fsyncs every stream written since
   its last pass and resolves every waiting future at once. It starts as soon as
@@ -149,14 +152,28 @@ class Stream:
         self.segment_last_offset: dict[int, int] = {}  # data streams: seq -> last offset stored in it
         self.ends_dropped = False  # data streams: the last record noted dropped the log
         self.appends = 0  # entries appended since start: tells one drop of the log from a later one
+        # directories that gained an entry (a new segment file, a new stream directory) since the last
+        # sync: fsynced with the data, or a power loss could lose a file whose data was fsynced
+        self.new_entries: set[Path] = set()
 
     def segments(self) -> list[Path]:
         """The segment files ``<seq>.wal``, in order (not a copy an operator left beside them)."""
         return sorted(path for path in self.dir.glob("*.wal") if path.stem.isdigit())
 
+    def _make_dir(self) -> None:
+        """Create the stream's directory and its missing parents, noting where entries appeared."""
+        missing = []
+        d = self.dir
+        while not d.is_dir():
+            missing.append(d)
+            d = d.parent
+        for d in reversed(missing):
+            d.mkdir(exist_ok=True)
+            self.new_entries.add(d.parent)
+
     def recover(self) -> Iterator[list[Record]]:
         """Yield the good records of each segment; truncate a torn tail; open the last segment for appends."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self._make_dir()
         segs = self.segments()
         for stray in sorted(set(self.dir.glob("*.wal")) - set(segs)):
             log.warning("%s: not a write-ahead-log segment name; ignored", stray)
@@ -189,7 +206,11 @@ class Stream:
 
     def _open(self, seq: int) -> None:
         path = self.dir / f"{seq:020d}.wal"
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        except FileNotFoundError:
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self.new_entries.add(self.dir)
         self.seq = seq
         self.size = os.fstat(self.fd).st_size
 
@@ -199,7 +220,7 @@ class Stream:
         rolled = False
         with self.lock:
             if self.fd is None:
-                self.dir.mkdir(parents=True, exist_ok=True)
+                self._make_dir()
                 self._open(self.seq)
             if self.size and (roll or self.size + len(data) > self.segment_bytes):
                 self._roll()
@@ -277,6 +298,10 @@ class Stream:
             if self.fd is not None and self.dirty:
                 os.fdatasync(self.fd)
                 self.dirty = False
+            while self.new_entries:  # children first: a new directory's own entry is in its parent
+                d = max(self.new_entries, key=lambda x: len(x.parts))
+                _fsync_dir(d)
+                self.new_entries.discard(d)
 
     def drop_below(self, log_start_offset: int, before: int) -> None:
         """Delete the sealed data segments before segment ``before`` (which holds the record that

@@ -118,3 +118,28 @@ def test_a_log_dropped_again_waits_for_its_own_drop_to_be_durable(tmp_path: Path
     w.commit()
     assert not list((tmp_path / "logs").rglob("*.wal"))
     w.close()
+
+
+def test_a_new_segment_file_and_its_new_directories_are_durable_before_the_commit_returns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fsynced file whose directory entry was never fsynced can vanish on power loss
+    (KAFKA-3968): every directory that gained an entry is fsynced in the pass that makes the
+    entries in it durable, deepest first, once."""
+    synced: list[Path] = []
+    real = wal_module._fsync_dir
+    monkeypatch.setattr(wal_module, "_fsync_dir", lambda d: (synced.append(d), real(d)))
+    w = Wal(tmp_path, set(range(4)), 4, fsync="always", segment_bytes=200)
+    w.append(commit(("acme", "g"), 1))
+    assert synced == []  # not yet committed
+    w.commit()
+    stream_dir = next((tmp_path / "meta").iterdir())
+    assert synced == [stream_dir, tmp_path / "meta", tmp_path]
+    synced.clear()
+    w.append(commit(("acme", "g"), 2))
+    w.commit()
+    assert synced == [], "no new entry: no directory fsync"
+    for n in range(3, 12):  # 200-byte segments: this rolls to new files
+        w.append(commit(("acme", "g"), n))
+        w.commit()
+    assert len(list(stream_dir.glob("*.wal"))) > 1 and set(synced) == {stream_dir}
+    w.close()
