@@ -11,8 +11,8 @@ at once with the holder's pid instead of appending to the same streams.
 ``layout.json`` records the ``--coordinator-partitions`` the directory was written with:
 every record's stream follows from that count, so a process started with another count
 would find no topics and few groups where they are, and its first writes would bury them.
-It is refused instead. A directory written before the file existed takes the count it is
-opened with.
+It is refused instead. A directory written before the file existed is refused when it has
+streams of a partition the count does not reach, and otherwise takes the count it is opened with.
 """
 
 from __future__ import annotations
@@ -33,15 +33,20 @@ def lock(path: Path, holder: str) -> int:
     """Take an exclusive ``flock`` on ``path`` (created if missing) for this process's lifetime:
     the open file descriptor it returns holds it. Raise ``DataDirError`` naming the holder's pid
     if another process has it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise DataDirError(f"cannot open {path}: {exc} ({holder} cannot start)") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    except OSError as exc:
         other = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise DataDirError(f"{path} is locked by pid {other}: another rafka process is using this data "
-                           f"directory ({holder} cannot start)") from None
+        if isinstance(exc, BlockingIOError):
+            raise DataDirError(f"{path} is locked by pid {other}: another rafka process is using this data "
+                               f"directory ({holder} cannot start)") from None
+        raise DataDirError(f"cannot lock {path}: {exc} ({holder} cannot start)") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
@@ -55,6 +60,11 @@ def check_layout(data_dir: str | Path, coordinator_partitions: int) -> None:
     try:
         recorded = json.loads(path.read_text())["coordinator_partitions"]
     except FileNotFoundError:
+        written = _partition_dirs(root)  # a directory from before layout.json: its streams tell
+        if written and max(written) >= coordinator_partitions:
+            raise DataDirError(f"{root} holds streams of coordinator partition {max(written)}: it was written with "
+                               f"more than --coordinator-partitions {coordinator_partitions} (the default is 64); "
+                               f"start with the count it was written with") from None
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f"{LAYOUT_FILE}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
@@ -75,6 +85,17 @@ def check_layout(data_dir: str | Path, coordinator_partitions: int) -> None:
         raise DataDirError(f"{root} was written with --coordinator-partitions {recorded}, not "
                            f"{coordinator_partitions}: every topic and group is placed by that count, so start "
                            f"with --coordinator-partitions {recorded}")
+
+
+def _partition_dirs(root: Path) -> list[int]:
+    """The coordinator partitions that have a stream directory under ``root``."""
+    found = []
+    for area in ("meta", "logs"):
+        try:
+            found += [int(d.name) for d in (root / area).iterdir() if d.is_dir() and d.name.isdigit()]
+        except OSError:
+            continue
+    return found
 
 
 def claim_shard(data_dir: str | Path, coordinator_partitions: int, owned: set[int], shard_id: int) -> list[int]:

@@ -38,3 +38,18 @@ def test_a_shard_claims_every_partition_it_owns_or_none(tmp_path: Path) -> None:
     other = claim_shard(tmp_path, 4, {0, 2}, 0)  # 0 and 2 were released when 3 failed
     for fd in held + other:
         os.close(fd)
+
+
+def test_a_directory_from_before_the_layout_file_is_refused_when_its_streams_do_not_fit(tmp_path: Path) -> None:
+    (tmp_path / "meta" / "40").mkdir(parents=True)  # written with 64 coordinator partitions
+    with pytest.raises(DataDirError, match="streams of coordinator partition 40"):
+        check_layout(tmp_path, 16)
+    assert not (tmp_path / LAYOUT_FILE).exists()
+    check_layout(tmp_path, 64)
+    assert json.loads((tmp_path / LAYOUT_FILE).read_text()) == {"coordinator_partitions": 64}
+
+
+def test_a_lock_that_cannot_be_opened_is_a_clear_refusal(tmp_path: Path) -> None:
+    (tmp_path / "locks").write_text("a file where the directory should be")
+    with pytest.raises(DataDirError, match="cannot open"):
+        claim_shard(tmp_path, 4, {0}, 0)

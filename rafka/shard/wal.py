@@ -30,10 +30,13 @@ in the same pass as the entries in it, so a power loss cannot take the file away
 
 Recovery reads each stream in order and hands every record to the same
 ``replay`` the live path uses. A torn or corrupt tail (short entry, bad length,
-bad checksum) is truncated at the last good entry with a log line. A bad entry
-that good entries follow is damage, not a torn write: it alone is skipped, with an
-error line. Damage that cannot be skipped inside a sealed segment (fsynced whole
-when it rolled) loses the rest of that segment only: the later segments hold acknowledged records and are replayed (a partition
+bad checksum) is truncated at the last good entry with a log line, as Kafka's
+recovery truncates at a segment's first invalid batch (skipping one entry could
+replay a later one whose meaning depends on it: a batch onto a log it replaced, a
+commit marker over an abort). When good entries follow the bad one, the cut bytes
+are damage on disk and are kept aside in ``<segment>.damaged`` with an error line.
+Damage inside a sealed segment (fsynced whole when it rolled) loses the rest of
+that segment only: the later segments hold acknowledged records and are replayed (a partition
 log then has a gap of offsets, as a compacted Kafka log does). Meta streams
 roll at ``segment_bytes``; sealed segments are compacted in the background by key
 (the last value of each (type, key) survives, order kept, and deleted keys go
@@ -96,27 +99,19 @@ def encode_entry(records: list[Record]) -> bytes:
     return _HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
-def read_entries(path: Path) -> tuple[list[Record], int, str | None, list[tuple[int, int, str]]]:
-    """Records of one segment, the byte length of its good prefix, why it stopped early, and the
-    damaged entries it skipped as ``(byte position, length, why)``.
-
-    A write is torn only at the end of a segment, so an entry whose checksum or content is bad
-    but whose length leads to a good entry is damage on disk: it alone is skipped, and the
-    (acknowledged) entries after it are read. One that leads to no good entry ends the prefix."""
+def read_entries(path: Path) -> tuple[list[Record], int, str | None, bool]:
+    """Records of one segment, the byte length of its good prefix, why it stopped early, and
+    whether a good entry follows the bad one (damage on disk: a write is torn only at the end)."""
     data = path.read_bytes()
     out: list[Record] = []
-    skipped: list[tuple[int, int, str]] = []
     pos = 0
     while pos < len(data):
         entry, end, why = _entry_at(data, pos)
         if why is not None:
-            if end == pos or end >= len(data) or _entry_at(data, end)[2] is not None:
-                return out, pos, why, skipped
-            skipped.append((pos, end - pos, why))
-        else:
-            out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
+            return out, pos, why, pos < end < len(data) and _entry_at(data, end)[2] is None
+        out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
         pos = end
-    return out, pos, None, skipped
+    return out, pos, None, False
 
 
 def _entry_at(data: bytes, pos: int) -> tuple[Any, int, str | None]:
@@ -158,7 +153,7 @@ class Stream:
 
     def segments(self) -> list[Path]:
         """The segment files ``<seq>.wal``, in order (not a copy an operator left beside them)."""
-        return sorted(path for path in self.dir.glob("*.wal") if path.stem.isdigit())
+        return sorted(path for path in self.dir.glob("*.wal") if len(path.stem) == 20 and path.stem.isdigit())
 
     def _make_dir(self) -> None:
         """Create the stream's directory and its missing parents, noting where entries appeared."""
@@ -179,21 +174,14 @@ class Stream:
             log.warning("%s: not a write-ahead-log segment name; ignored", stray)
         dropped_at: int | None = None
         for i, seg in enumerate(segs):
-            records, good, why, skipped = read_entries(seg)
-            for at, size, what in skipped:
-                log.error("%s: %s in the %d-byte entry at byte %d: its records are lost, the entries after "
-                          "it are kept (damage on disk)", seg, what, size, at)
+            records, good, why, damaged = read_entries(seg)
             if why is not None and i < len(segs) - 1:
                 # a sealed segment was fsynced whole when it rolled: this is damage on disk, not a torn
                 # write, and the segments after it hold acknowledged records, so they are kept
                 log.error("%s: %s at byte %d of a sealed segment; its last %d bytes are lost, later "
                           "segments are kept", seg, why, good, seg.stat().st_size - good)
             elif why is not None:
-                log.warning("%s: %s at byte %d; truncating %d bytes of torn tail", seg, why, good,
-                            seg.stat().st_size - good)
-                with open(seg, "r+b") as f:
-                    f.truncate(good)
-                    os.fsync(f.fileno())
+                self._cut_tail(seg, good, why, damaged)
             seq = int(seg.stem)
             if self.data and self._note(seq, records):
                 dropped_at = seq  # a crash may have come between the drop and the unlink
@@ -203,6 +191,25 @@ class Stream:
         if dropped_at is not None:
             self._unlink_sealed(dropped_at)
         self._open(self.seq)
+
+    def _cut_tail(self, seg: Path, good: int, why: str, damaged: bool) -> None:
+        """Truncate the active segment at its last good entry, as Kafka's recovery truncates a
+        segment at its first invalid batch: a torn write is cut with a warning. When good entries
+        follow the bad one, the bytes are damage on disk, not a torn write: they are kept aside
+        (``<segment>.damaged``, which recovery never reads) with an error line, for an operator."""
+        size = seg.stat().st_size
+        if damaged:
+            aside = seg.with_name(seg.name + ".damaged")
+            with open(seg, "rb") as f:
+                f.seek(good)
+                aside.write_bytes(f.read())
+            log.error("%s: %s at byte %d, followed by intact entries: damage on disk, not a torn write; "
+                      "the %d bytes from there are dropped (kept in %s)", seg, why, good, size - good, aside.name)
+        else:
+            log.warning("%s: %s at byte %d; truncating %d bytes of torn tail", seg, why, good, size - good)
+        with open(seg, "r+b") as f:
+            f.truncate(good)
+            os.fsync(f.fileno())
 
     def _open(self, seq: int) -> None:
         path = self.dir / f"{seq:020d}.wal"
@@ -447,6 +454,10 @@ class Wal:
                             yield records
                         if stream.ends_dropped or not count:  # a crash came before or during the removal
                             self._remove(key, stream)
+        if self.fsync != "never":  # directories recovery made, which no stream syncs unless it is written
+            for d in (self.root / "meta", self.root / "logs", self.root):
+                if d.is_dir():
+                    _fsync_dir(d)
 
     # -- live path ------------------------------------------------------------
     def append(self, records: list[Record]) -> None:
