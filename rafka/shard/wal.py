@@ -447,17 +447,27 @@ class Wal:
                     for part_dir in sorted(_subdirs(topic_dir, digits=True), key=lambda d: int(d.name)):
                         key = ("logs", p, urllib.parse.unquote(org_dir.name), urllib.parse.unquote(topic_dir.name),
                                int(part_dir.name))
-                        stream = self._stream(key)
-                        count = 0
-                        for records in stream.recover():
-                            count += len(records)
-                            yield records
-                        if stream.ends_dropped or not count:  # a crash came before or during the removal
-                            self._remove(key, stream)
+                        yield from self._recover_data(key, part_dir)
         if self.fsync != "never":  # directories recovery made, which no stream syncs unless it is written
             for d in (self.root / "meta", self.root / "logs", self.root):
                 if d.is_dir():
                     _fsync_dir(d)
+
+    def _recover_data(self, key: tuple[Any, ...], part_dir: Path) -> Iterator[list[Record]]:
+        """One data stream's records; a directory holding records of another stream (an operator's
+        copy of a partition's log) is ignored with an error line, not replayed twice."""
+        stream = self._stream(key)
+        count = 0
+        for records in stream.recover():
+            if records and self.stream_key(records[0]) != key:
+                log.error("%s holds the log of %s, not its own (a copy?): ignored", part_dir,
+                          "/".join(map(str, records[0].key)))
+                del self.streams[key]
+                return
+            count += len(records)
+            yield records
+        if stream.ends_dropped or not count:  # a crash came before or during the removal
+            self._remove(key, stream)
 
     # -- live path ------------------------------------------------------------
     def append(self, records: list[Record]) -> None:

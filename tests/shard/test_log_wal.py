@@ -208,7 +208,7 @@ def test_deleted_topics_hold_no_files_and_a_crash_before_the_removal_is_cleaned_
     assert [k for k in shard.wal.streams if k[0] == "logs"] == [], "no data stream stays open"
     assert list((tmp_path / "logs").iterdir()) == []
     # a crash between writing a drop and removing the stream: recovery removes it
-    key = ("logs", 0, ORG, "crashed", 0)
+    key = shard.wal.stream_key(Record(RecordType.PARTITION_TRUNCATE, (ORG, "crashed", 0), None))
     stream = shard.wal._stream(key)
     for r in ([Record(RecordType.PARTITION_BATCH, (ORG, "crashed", 0), {"batch": build_batch(
             [SimpleRecord(b"k", b"v", 0)]), "append_ms": 0, "roll": True})],
@@ -364,6 +364,7 @@ def test_files_an_operator_left_in_the_data_directory_are_ignored_with_a_log_lin
     before = shard.restart()
     expected = before.state()
     part = next((tmp_path / "logs").glob(f"*/{ORG}/t/0"))
+    shutil.copytree(part.parent, part.parent.with_name("t.bak"))  # a topic name may hold a dot: read, then refused
     shutil.copytree(part, part.with_name("0.bak"))
     first = min(part.glob("*.wal"))
     shutil.copy(first, part / f"{first.stem} copy.wal")
@@ -376,7 +377,8 @@ def test_files_an_operator_left_in_the_data_directory_are_ignored_with_a_log_lin
                 after.logs.replay(r)
     assert after.state() == expected
     ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
-    assert len(ignored) == 3 and all(name in " ".join(ignored) for name in ("0.bak", "copy.wal", "notes.txt"))
+    assert len(ignored) == 4 and all(name in " ".join(ignored) for name in ("0.bak", "copy.wal", "notes.txt", "t.bak"))
+    assert (part.parent.with_name("t.bak") / "0").is_dir(), "the copy is left for its operator"
 
 
 def test_a_damaged_entry_that_good_entries_follow_is_cut_as_kafka_does_and_kept_aside(
