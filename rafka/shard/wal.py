@@ -34,7 +34,7 @@ bad checksum) is truncated at the last good entry with a log line, as Kafka's
 recovery truncates at a segment's first invalid batch (skipping one entry could
 replay a later one whose meaning depends on it: a batch onto a log it replaced, a
 commit marker over an abort). When good entries follow the bad one, the cut bytes
-are damage on disk and are kept aside in ``<segment>.damaged`` with an error line.
+are damage on disk and are kept aside in ``<segment>.damaged-at-<byte>`` with an error line.
 Damage inside a sealed segment (fsynced whole when it rolled) loses the rest of
 that segment only: the later segments hold acknowledged records and are replayed (a partition
 log then has a gap of offsets, as a compacted Kafka log does). Meta streams
@@ -196,10 +196,10 @@ class Stream:
         """Truncate the active segment at its last good entry, as Kafka's recovery truncates a
         segment at its first invalid batch: a torn write is cut with a warning. When good entries
         follow the bad one, the bytes are damage on disk, not a torn write: they are kept aside
-        (``<segment>.damaged``, which recovery never reads) with an error line, for an operator."""
+        (``<segment>.damaged-at-<byte>``, which recovery never reads) with an error line, for an operator."""
         size = seg.stat().st_size
         if damaged:
-            aside = seg.with_name(seg.name + ".damaged")
+            aside = seg.with_name(f"{seg.name}.damaged-at-{good}")
             with open(seg, "rb") as f:
                 f.seek(good)
                 aside.write_bytes(f.read())

@@ -407,7 +407,7 @@ def test_a_damaged_entry_that_good_entries_follow_is_cut_as_kafka_does_and_kept_
     _start, end, *_, offsets = after.state()
     assert (end, offsets) == (1, [0])
     assert active.stat().st_size == starts[1]
-    assert active.with_name(active.name + ".damaged").read_bytes() == bytes(data[starts[1]:])
+    assert active.with_name(f"{active.name}.damaged-at-{starts[1]}").read_bytes() == bytes(data[starts[1]:])
     [line] = [r for r in caplog.records if "damage on disk" in r.getMessage()]
     assert line.levelname == "ERROR"
     again = after.restart()  # the side file is not read back
