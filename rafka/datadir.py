@@ -11,7 +11,8 @@ at once with the holder's pid instead of appending to the same streams.
 ``layout.json`` records the ``--coordinator-partitions`` the directory was written with:
 every record's stream follows from that count, so a process started with another count
 would find no topics and few groups where they are, and its first writes would bury them.
-It is refused instead. A directory written before the file existed is refused when it has
+It is refused instead; of processes starting together on a new directory, the first one to
+link the file into place records its count. A directory written before the file existed is refused when it has
 streams of a partition the count does not reach, and otherwise takes the count it is opened with.
 """
 
@@ -54,37 +55,48 @@ def lock(path: Path, holder: str) -> int:
 
 def check_layout(data_dir: str | Path, coordinator_partitions: int) -> None:
     """Refuse a data directory written with another coordinator partition count; record the
-    count in a directory that has none yet (written atomically: shards starting together race)."""
+    count in a directory that has none yet. The file is linked into place, which fails if it
+    exists, so of processes starting together the first one's count is recorded and every
+    other one is checked against it."""
     root = Path(data_dir)
     path = root / LAYOUT_FILE
-    try:
-        recorded = json.loads(path.read_text())["coordinator_partitions"]
-    except FileNotFoundError:
+    if not path.exists():
         written = _partition_dirs(root)  # a directory from before layout.json: its streams tell
         if written and max(written) >= coordinator_partitions:
             raise DataDirError(f"{root} holds streams of coordinator partition {max(written)}: it was written with "
                                f"more than --coordinator-partitions {coordinator_partitions} (the default is 64); "
-                               f"start with the count it was written with") from None
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = root / f"{LAYOUT_FILE}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(json.dumps({"coordinator_partitions": coordinator_partitions}) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # the rename survives a power loss
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        return
-    except (ValueError, KeyError, TypeError) as exc:
+                               f"start with the count it was written with")
+        _record(root, path, coordinator_partitions)
+    try:
+        recorded = json.loads(path.read_text())["coordinator_partitions"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DataDirError(f"{path} is unreadable ({exc!r}): restore it or remove it to adopt "
                            f"--coordinator-partitions {coordinator_partitions}") from None
     if recorded != coordinator_partitions:
         raise DataDirError(f"{root} was written with --coordinator-partitions {recorded}, not "
                            f"{coordinator_partitions}: every topic and group is placed by that count, so start "
                            f"with --coordinator-partitions {recorded}")
+
+
+def _record(root: Path, path: Path, coordinator_partitions: int) -> None:
+    """Write ``path`` durably unless another process has (then leave theirs)."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{LAYOUT_FILE}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps({"coordinator_partitions": coordinator_partitions}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # the new entry survives a power loss
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _partition_dirs(root: Path) -> list[int]:

@@ -53,3 +53,19 @@ def test_a_lock_that_cannot_be_opened_is_a_clear_refusal(tmp_path: Path) -> None
     (tmp_path / "locks").write_text("a file where the directory should be")
     with pytest.raises(DataDirError, match="cannot open"):
         claim_shard(tmp_path, 4, {0}, 0)
+
+
+def test_of_processes_recording_the_layout_together_the_first_wins_and_the_others_are_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rafka import datadir
+
+    real_link = os.link
+
+    def another_process_first(src: str, dst: str) -> None:  # it records 64 between our check and our write
+        (tmp_path / LAYOUT_FILE).write_text('{"coordinator_partitions": 64}')
+        real_link(src, dst)
+
+    monkeypatch.setattr(datadir.os, "link", another_process_first)
+    with pytest.raises(DataDirError, match="written with --coordinator-partitions 64, not 16"):
+        check_layout(tmp_path, 16)
+    assert [p.name for p in tmp_path.iterdir()] == [LAYOUT_FILE], "no temporary file is left"
