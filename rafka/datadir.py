@@ -11,9 +11,10 @@ at once with the holder's pid instead of appending to the same streams.
 ``layout.json`` records the ``--coordinator-partitions`` the directory was written with:
 every record's stream follows from that count, so a process started with another count
 would find no topics and few groups where they are, and its first writes would bury them.
-It is refused instead; of processes starting together on a new directory, the first one to
-link the file into place records its count. A directory written before the file existed is refused when it has
-streams of a partition the count does not reach, and otherwise takes the count it is opened with.
+It is refused instead; of processes starting together on a new directory, the first one
+to link the file into place records its count. A directory written before the file existed
+is refused when it has streams of a partition the count does not reach, and otherwise takes
+the count it is opened with.
 """
 
 from __future__ import annotations
