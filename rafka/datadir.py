@@ -93,11 +93,16 @@ def _record(root: Path, path: Path, coordinator_partitions: int) -> None:
         pass
     finally:
         tmp.unlink()
-    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # the new entry survives a power loss
+    fsync_dir(root)  # the new entry survives a power loss
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the directory's entries (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
 
 
 def _partition_dirs(root: Path) -> list[int]:

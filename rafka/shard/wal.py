@@ -67,6 +67,7 @@ import crc32c
 import msgpack
 
 from rafka import ids
+from rafka.datadir import fsync_dir as _fsync_dir
 from rafka.protocol.records import batch_last_offset
 from rafka.shard.records import Record, RecordType
 
@@ -305,8 +306,8 @@ class Stream:
             if self.fd is not None and self.dirty:
                 os.fdatasync(self.fd)
                 self.dirty = False
-            while self.new_entries:  # children first: a new directory's own entry is in its parent
-                d = max(self.new_entries, key=lambda x: len(x.parts))
+            # children first: a new directory's own entry is in its parent
+            for d in sorted(self.new_entries, key=lambda x: len(x.parts), reverse=True):
                 _fsync_dir(d)
                 self.new_entries.discard(d)
 
@@ -339,15 +340,6 @@ def _subdirs(path: Path, digits: bool = False) -> list[Path]:
         else:
             log.warning("%s: not part of the write-ahead log's layout; ignored", child)
     return found
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make the directory's entries (a rename, a new file) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def compact_segments(paths: list[Path]) -> list[Record]:

@@ -205,12 +205,8 @@ class TopicCatalog:
         ``max_partitions`` partitions in all fail the whole request (POLICY_VIOLATION), as in Kafka.
         """
         topics = op.get("topics", [])
-        total = sum(self.default_partitions if t.get("num_partitions", -1) == -1 else max(t["num_partitions"], 0)
-                    for t in topics)
-        if total > self.max_partitions:  # Kafka's validateTotalNumberOfPartitions fails the whole request
-            return [], {"topics": [_create_error(t.get("name"), Errors.POLICY_VIOLATION,
-                                                 "Excessively large number of partitions per request.")
-                                   for t in topics]}
+        if refused := self._over_partition_cap(topics):
+            return [], {"topics": refused}
         counts: dict[str, int] = {}
         for t in topics:
             counts[t.get("name")] = counts.get(t.get("name"), 0) + 1
@@ -234,7 +230,19 @@ class TopicCatalog:
         replication_factor, configs: [DescribeConfigs entries]}``; ``num_partitions``
         -1 takes the default, ``replication_factor`` must be 1 or -1.
         """
+        if refused := self._over_partition_cap([op]):
+            return [], refused[0]
         return self._create(org_id, op, now_ms, {})
+
+    def _over_partition_cap(self, topics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Kafka's validateTotalNumberOfPartitions: more than ``max_partitions`` partitions asked
+        for in all fail every topic of the request (POLICY_VIOLATION); else nothing."""
+        total = sum(self.default_partitions if t.get("num_partitions", -1) == -1 else max(t["num_partitions"], 0)
+                    for t in topics)
+        if total <= self.max_partitions:
+            return []
+        return [_create_error(t.get("name"), Errors.POLICY_VIOLATION, "Excessively large number of partitions "
+                                                                      "per request.") for t in topics]
 
     def _create(self, org_id: str, op: dict[str, Any], now_ms: int, pending: dict[str, str]) -> Result:
         name = op.get("name") or ""
@@ -265,8 +273,6 @@ class TopicCatalog:
                                      f"Unable to replicate the partition {rf} time(s): The target replication factor "
                                      f"of {rf} cannot be reached because only 1 broker(s) are registered.")
         partitions = self.default_partitions if partitions == -1 else partitions
-        if partitions > self.max_partitions:  # one topic alone (create_topic, auto-creation)
-            return [], _create_error(name, Errors.POLICY_VIOLATION, "Excessively large number of partitions per request.")
         ok = {
             "error_code": Errors.NONE,
             "error_message": None,
