@@ -1,15 +1,15 @@
 """Routing ops from a gateway to the shards that own them.
 
-How this works: ``ShardRouter`` keeps one ZeroMQ DEALER socket per shard. ``call``
+How this works: ``ShardRouter`` keeps one ZeroMQ DEALER (``rafka.zmtp``) per shard. ``call``
 queues an envelope for the owning shard and returns a future; all envelopes queued
 for a shard during one loop tick go out as one ZeroMQ message (see ``rafka.rail``).
 A reader task per socket resolves futures by request id. There is no per-request
 time cap — a JoinGroup is rightly parked until its rebalance completes — so
 liveness is separate: the router pings every shard; a shard that misses pings for
-``dead_after`` seconds, or whose connection drops (a ZeroMQ socket monitor: a killed
-process closes it at once), is marked down: its pending calls fail with
+``dead_after`` seconds, or whose connection drops (a killed process closes it at
+once), is marked down: its pending calls fail with
 ``ShardUnavailable`` and new calls fail at once until it answers again — so nothing
-sent meanwhile waits in ZeroMQ's queue for the next process to run after the client
+sent meanwhile waits in a queue for the next process to run after the client
 gave up on it (a KIP-848 heartbeat run so would hand out a revocation nobody hears,
 and librdkafka follows a timed-out heartbeat with a partial one). Produce
 and transaction-marker calls already sent wait on (``WAIT_OUT_STALL``): a stalled
@@ -31,15 +31,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import struct
 import time
 from typing import Any
 
-import zmq
-from zmq.utils.monitor import parse_monitor_message
-
 from rafka import ids
-from rafka.rail import Op, SocketPump, Status, pack, unpack
+from rafka.rail import Op, Status, pack, unpack
+from rafka.zmtp import Dealer
 
 log = logging.getLogger("rafka.gateway.router")
 
@@ -65,6 +62,7 @@ class ShardFailed(Exception):
 class _Shard:
     __slots__ = (
         "alive",
+        "dealer",
         "endpoint",
         "incarnation",
         "index",
@@ -72,17 +70,15 @@ class _Shard:
         "outbox",
         "pending",
         "ping_sent",
-        "pump",
         "refused",
-        "sock",
         "up_since",
         "ups",
     )
 
-    def __init__(self, index: int, endpoint: str, sock: zmq.Socket) -> None:
+    def __init__(self, index: int, endpoint: str, dealer: Dealer) -> None:
         self.index = index
         self.endpoint = endpoint
-        self.sock = sock
+        self.dealer = dealer
         self.pending: dict[int, tuple[asyncio.Future[Any], float, int]] = {}  # rid → (future, sent at, op)
         self.outbox: list[list[Any]] = []
         self.alive = False
@@ -91,7 +87,6 @@ class _Shard:
         self.up_since = 0.0  # time.monotonic() of the last time it came up
         self.last_seen = 0.0
         self.ping_sent: dict[int, float] = {}
-        self.pump: SocketPump | None = None
         self.refused: list[int] | None = None  # the layout it reported, while it differs from ours
 
 
@@ -104,24 +99,15 @@ class ShardRouter:
         self.ping_interval = ping_interval
         self.dead_after = dead_after
         self.give_up_after = give_up_after
-        self._ctx = zmq.Context.instance()
         self._ids = itertools.count(1)
         self._flush_scheduled = False
-        self._shards: list[_Shard] = []
-        for i, ep in enumerate(endpoints):
-            sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.SNDHWM, 0)
-            sock.setsockopt(zmq.RCVHWM, 0)
-            # queue only to a live connection: what was sent to a dead process is dropped with its
-            # pipe, never delivered to the next one after the caller was told it failed
-            sock.setsockopt(zmq.IMMEDIATE, 1)
-            sock.connect(ep)
-            self._shards.append(_Shard(i, ep, sock))
+        # a dealer queues nothing while it has no connection: what was sent to a dead process is
+        # dropped with it, never delivered to the next one after the caller was told it failed
+        self._shards = [_Shard(i, ep, Dealer(ep, self._on_reply_for(i), self._on_connected_for(i),
+                                             self._on_disconnected_for(i))) for i, ep in enumerate(endpoints)]
         self._pinger: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self._ping_ids = itertools.count(1)
-        self._monitors: list[tuple[SocketPump, zmq.Socket]] = []
         self._owners: dict[tuple[Any, ...], int] = {}
 
     @property
@@ -173,17 +159,10 @@ class ShardRouter:
 
     async def start(self) -> None:
         """Start readers and pings."""
-        loop = self._loop = asyncio.get_running_loop()  # held: each lookup is a getpid() syscall on 3.11
+        self._loop = asyncio.get_running_loop()  # held: each lookup is a getpid() syscall on 3.11
         for s in self._shards:
             self._set_up_gauge(s)
-            s.pump = SocketPump(loop, s.sock, lambda frames, s=s: self._on_reply(s, frames[-1]), lambda: None)
-            # a shard process that dies drops its end of the connection at once: fail what it had
-            # (as a Kafka client sees its coordinator's connection close), not after ``dead_after``;
-            # a new connection is pinged at once, so a restarted shard is back without waiting
-            mon = s.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
-            mon_pump = SocketPump(loop, mon, lambda frames, s=s: self._on_monitor(s, frames), lambda: None)
-            mon_pump.poke()  # ZeroMQ's fd is edge-triggered: read EVENTS once to arm it
-            self._monitors.append((mon_pump, mon))
+            s.dealer.start()
         self._pinger = asyncio.create_task(self._ping_loop())
 
     async def close(self) -> None:
@@ -191,16 +170,8 @@ class ShardRouter:
             self._pinger.cancel()
             await asyncio.gather(self._pinger, return_exceptions=True)
         for s in self._shards:
-            s.sock.disable_monitor()
-        for pump, mon in self._monitors:
-            pump.close()
-            mon.close(0)
-        self._monitors = []
-        for s in self._shards:
-            if s.pump:
-                s.pump.close()
+            s.dealer.close()
             self._fail_pending(s, ShardUnavailable("gateway closing"))
-            s.sock.close(0)
 
     def call(self, shard: int, op: Op, org_id: str, payload: Any, trace: str | None = None) -> asyncio.Future[Any]:
         """Send ``op`` to ``shard``; the future gets the reply payload or ShardUnavailable."""
@@ -223,16 +194,12 @@ class ShardRouter:
         for s in self._shards:
             if s.outbox:
                 batch, s.outbox = s.outbox, []
-                try:
-                    s.sock.send(pack(batch), zmq.NOBLOCK, copy=False)  # pyzmq copies below 64 KiB anyway
-                    if s.pump:
-                        s.pump.poke()
-                except zmq.ZMQError as exc:
-                    log.warning("send to shard %d failed: %s", s.index, exc)
+                if not s.dealer.send(pack(batch)):
+                    log.warning("send to shard %d failed: not connected", s.index)
                     for env in batch:
                         entry = s.pending.pop(env[0], None)
                         if entry and not entry[0].done():
-                            entry[0].set_exception(ShardUnavailable(str(exc)))
+                            entry[0].set_exception(ShardUnavailable(f"shard {s.index} is not connected"))
 
     def _on_reply(self, s: _Shard, data: bytes) -> None:
         try:
@@ -256,19 +223,22 @@ class ShardRouter:
             else:
                 fut.set_exception(ShardFailed(f"shard {s.index} failed the op: {payload}"))
 
-    def _on_monitor(self, s: _Shard, frames: list[bytes]) -> None:
-        """A monitor event of ``s``'s socket: a dropped connection marks it down, a new one is pinged."""
-        try:
-            event = parse_monitor_message(frames)["event"]
-        except (ValueError, KeyError, struct.error):
-            return
-        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-            self._ping(s, time.monotonic())
-            return
-        if event != zmq.EVENT_DISCONNECTED or not s.alive:
-            return
-        log.error("shard %d at %s disconnected: marking it down", s.index, s.endpoint)
-        self._mark_down(s, f"shard {s.index} disconnected", keep=WAIT_OUT_STALL)
+    # A shard process that dies drops its end of the connection at once: what it had fails then
+    # (as a Kafka client sees its coordinator's connection close), not after ``dead_after``. A new
+    # connection is pinged at once, so a restarted shard is back without waiting.
+    def _on_reply_for(self, index: int) -> Any:
+        return lambda frames: self._on_reply(self._shards[index], frames[-1])
+
+    def _on_connected_for(self, index: int) -> Any:
+        return lambda: self._ping(self._shards[index], time.monotonic())
+
+    def _on_disconnected_for(self, index: int) -> Any:
+        def disconnected() -> None:
+            s = self._shards[index]
+            if s.alive:
+                log.error("shard %d at %s disconnected: marking it down", s.index, s.endpoint)
+                self._mark_down(s, f"shard {s.index} disconnected", keep=WAIT_OUT_STALL)
+        return disconnected
 
     def _on_pong(self, s: _Shard, ping_id: int, payload: Any) -> None:
         sent_at = s.ping_sent.pop(ping_id, None)
@@ -342,13 +312,8 @@ class ShardRouter:
         if len(s.ping_sent) > 16:
             s.ping_sent.pop(next(iter(s.ping_sent)))
         s.ping_sent[pid] = now
-        try:
-            ping = {"layout": self._layout(s), "sent": now}  # so a refused shard can say so too
-            s.sock.send(pack([[-pid, int(Op.PING), "", None, ping]]), zmq.NOBLOCK)
-            if s.pump:
-                s.pump.poke()
-        except zmq.ZMQError:
-            pass
+        ping = {"layout": self._layout(s), "sent": now}  # so a refused shard can say so too
+        s.dealer.send(pack([[-pid, int(Op.PING), "", None, ping]]))
 
     async def _ping_loop(self) -> None:
         while True:

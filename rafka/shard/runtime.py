@@ -1,6 +1,6 @@
 """The shard runtime: one event loop that owns a set of coordinator partitions.
 
-How this works: a shard binds a ZeroMQ ROUTER socket and reads batches of
+How this works: a shard binds a ZeroMQ ROUTER (``rafka.zmtp``) and reads batches of
 envelopes (``rafka.rail``). For each envelope it calls the pure handler for the op
 with ``(org_id, payload, now_ms, respond)``. A handler returns the records that
 express its state change and calls ``respond`` now or later (a parked JoinGroup is
@@ -23,10 +23,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-import zmq
-
-from rafka import loops, telemetry
-from rafka.rail import OP_NAMES, Op, SocketPump, Status, pack, unpack
+from rafka import loops, telemetry, zmtp
+from rafka.rail import OP_NAMES, Op, Status, pack, unpack
 from rafka.shard.handlers import ShardState
 from rafka.shard.metrics import ShardMetrics
 from rafka.shard.records import Record
@@ -66,7 +64,7 @@ class LoopTimer:
 
 
 class ShardRuntime:
-    """Serves one shard's ops from a ZeroMQ ROUTER socket."""
+    """Serves one shard's ops from a ZeroMQ ROUTER."""
 
     def __init__(self, shard_id: int, endpoint: str, state_factory: Callable[[ShardRuntime], ShardState],
                  layout: list[int] | None = None) -> None:
@@ -83,9 +81,7 @@ class ShardRuntime:
         self.loading = False
         self._outbox: dict[bytes, list[list[Any]]] = defaultdict(list)
         self._flush_scheduled = False
-        self._ctx = zmq.Context.instance()
-        self._sock: zmq.Socket | None = None
-        self._pump: SocketPump | None = None
+        self._router: zmtp.Router | None = None
         self._stopping = asyncio.Event()
         self.failed = False  # the write-ahead log failed: the process exits non-zero to be restarted
 
@@ -180,7 +176,7 @@ class ShardRuntime:
         except WalError as exc:
             self.fail(str(exc))
             return
-        if not self._outbox or self._sock is None:
+        if not self._outbox or self._router is None:
             return
         outbox, self._outbox = self._outbox, defaultdict(list)
         if durable is None:
@@ -196,15 +192,12 @@ class ShardRuntime:
         self._send(outbox)
 
     def _send(self, outbox: dict[bytes, list[list[Any]]]) -> None:
-        if self._sock is None or self.failed:
+        router = self._router
+        if router is None or self.failed:
             return
         for ident, batch in outbox.items():
-            try:
-                self._sock.send_multipart([ident, pack(batch)], zmq.NOBLOCK)
-            except zmq.ZMQError as exc:
-                log.warning("reply to a gateway dropped: %s", exc)
-        if self._pump is not None:
-            self._pump.poke()
+            if not router.send([ident, pack(batch)]):
+                log.warning("replies to a gateway dropped: its connection is gone")
 
     # -- serving ---------------------------------------------------------
     def _check_layout(self, ping: Any) -> None:
@@ -251,16 +244,10 @@ class ShardRuntime:
 
     async def serve(self) -> None:
         """Bind and serve until ``stop()``."""
-        sock = self._ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
-        sock.bind(self.endpoint)
-        self._sock = sock
+        router = zmtp.Router(self._on_frames, self._schedule_flush)
+        await router.bind(self.endpoint)
+        self._router = router
         log.info("shard %d serving on %s", self.shard_id, self.endpoint)
-        loop = asyncio.get_running_loop()
-        self._pump = SocketPump(loop, sock, self._on_frames, self._schedule_flush)
-        self._pump.poke()
         self.metrics.up.labels(self.metrics.shard).set(1)
         await self._recover()
         self.metrics.up.labels(self.metrics.shard).set(0)
@@ -268,11 +255,10 @@ class ShardRuntime:
         self._housekeeping_task = asyncio.create_task(self._housekeeping())
         await self._stopping.wait()
         self._housekeeping_task.cancel()
-        self._pump.close()
         self.timer.cancel_all()
         self._flush()
         self.state.close()
-        sock.close(0)
+        router.close()
 
     async def _housekeeping(self) -> None:
         """Every second: loop lag and queue depth; every 5 s: the state metrics file."""

@@ -40,12 +40,15 @@ def _one_metrics(monkeypatch: Any) -> None:
     monkeypatch.setattr(runtime_module, "ShardMetrics", lambda _shard: _METRICS[0])
 
 
-class _Socket:
+class _Router:
+    """Stands in for the shard's ``zmtp.Router``: keeps what is sent."""
+
     def __init__(self) -> None:
         self.sent: list[list[Any]] = []
 
-    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
+    def send(self, frames: list[bytes]) -> bool:
         self.sent.extend(unpack(frames[1]))
+        return True
 
 
 def test_a_pong_leaves_after_the_replies_before_it_once_they_are_durable(monkeypatch: Any) -> None:
@@ -54,8 +57,8 @@ def test_a_pong_leaves_after_the_replies_before_it_once_they_are_durable(monkeyp
     async def main() -> None:
         state = _State()
         runtime = ShardRuntime(0, "inproc://unused", lambda _rt: state)  # type: ignore[arg-type,return-value]
-        sock = _Socket()
-        runtime._sock = sock  # type: ignore[assignment]
+        sock = _Router()
+        runtime._router = sock  # type: ignore[assignment]
         runtime.handle(b"gw", [7, int(Op.PRODUCE), "org", None, "batch"])
         runtime.handle(b"gw", [-1, int(Op.PING), "", None, {"layout": None, "sent": 1.5}])
         await asyncio.sleep(0.05)
@@ -87,8 +90,8 @@ def test_an_op_too_large_for_one_log_entry_is_refused_and_the_shard_serves_on(tm
     async def main() -> None:
         cfg = Config(data_dir=str(tmp_path), shards=1, coordinator_partitions=4)
         runtime = ShardRuntime(0, "inproc://unused", lambda rt: build_state(cfg, 0, rt))
-        sock = _Socket()
-        runtime._sock = sock  # type: ignore[assignment]
+        sock = _Router()
+        runtime._router = sock  # type: ignore[assignment]
         runtime.handle(b"gw", [1, int(Op.OFFSET_COMMIT), "org", None, commit("g" * 3000, 100)])
         runtime.handle(b"gw", [2, int(Op.OFFSET_COMMIT), "org", None, commit("g", 1)])
         await asyncio.sleep(0.1)
