@@ -8,7 +8,8 @@ answered when its rebalance completes, possibly from a timer). ``apply`` appends
 the records to the write-ahead log and replays them into memory — recovery replays
 the same records through the same ``replay`` — and responses are held in an outbox
 that is released only after the log is flushed, once per loop tick, so many ops
-share one flush (group commit). Timers are ``loop.call_later`` callbacks that run
+share one flush (group commit). Outboxes leave in the order of their ticks: one
+made durable at once still waits behind an earlier one whose fsync is running. Timers are ``loop.call_later`` callbacks that run
 on the same loop and go through ``apply`` like any handler.
 """
 
@@ -19,7 +20,7 @@ import gc
 import logging
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -80,6 +81,7 @@ class ShardRuntime:
         self.state = state_factory(self)
         self.loading = False
         self._outbox: dict[bytes, list[list[Any]]] = defaultdict(list)
+        self._unsent: deque[tuple[Any, dict[bytes, list[list[Any]]]]] = deque()  # (durable future, outbox)
         self._flush_scheduled = False
         self._router: zmtp.Router | None = None
         self._stopping = asyncio.Event()
@@ -113,6 +115,7 @@ class ShardRuntime:
         log.critical("the write-ahead log failed (%s): stopping the shard so it restarts and replays", why)
         self.failed = True
         self._outbox.clear()
+        self._unsent.clear()
         self.stop()
 
     # -- responses -------------------------------------------------------
@@ -179,17 +182,26 @@ class ShardRuntime:
         if not self._outbox or self._router is None:
             return
         outbox, self._outbox = self._outbox, defaultdict(list)
-        if durable is None:
+        if durable is None and not self._unsent:
             self._send(outbox)
-        else:
-            loop = asyncio.get_running_loop()
-            durable.add_done_callback(lambda f: loop.call_soon_threadsafe(self._after_sync, f, outbox))
-
-    def _after_sync(self, fut: Any, outbox: dict[bytes, list[list[Any]]]) -> None:
-        if fut.exception() is not None:
-            self.fail(str(fut.exception()))
             return
-        self._send(outbox)
+        self._unsent.append((durable, outbox))
+        if durable is not None:
+            loop = asyncio.get_running_loop()
+            durable.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._send_durable))
+
+    def _send_durable(self) -> None:
+        """Send the held outboxes whose commits are durable, oldest first, up to one that is not."""
+        while self._unsent:
+            durable, outbox = self._unsent[0]
+            if durable is not None:
+                if not durable.done():
+                    return
+                if durable.exception() is not None:
+                    self.fail(str(durable.exception()))
+                    return
+            self._unsent.popleft()
+            self._send(outbox)
 
     def _send(self, outbox: dict[bytes, list[list[Any]]]) -> None:
         router = self._router

@@ -25,7 +25,15 @@ in the same pass as the entries in it, so a power loss cannot take the file away
   its last pass and resolves every waiting future at once. It starts as soon as
   there is work (no fixed linger, which would only add latency to a lone
   commit): whatever is appended while one fsync runs shares the next, so under
-  load many ops share one fsync while the loop keeps serving;
+  load many ops share one fsync while the loop keeps serving. But while fsyncs
+  are fast (``inline_fsync_under``, 1 ms on average) the loop fsyncs itself, as
+  ``always`` does: handing a pass to a thread and back costs two thread
+  wake-ups, and an append to a stream the thread is syncing waits for it anyway,
+  so on a machine with few cores the hand-off cost more than it saved (measured:
+  more commits per second at 1, 4 and 16 clients). A slow or stalling disk sends
+  the passes back to the thread, so it blocks the loop for about one pass. (The
+  shard sends each commit's replies after those of earlier commits, so a pass in
+  place never lets replies overtake those still waiting on the thread.)
 * ``never``  — no fsync (the OS writes back); replies do not wait.
 
 Recovery reads each stream in order and hands every record to the same
@@ -364,7 +372,8 @@ class Wal:
     """All streams of one shard, with the fsync policy."""
 
     def __init__(self, data_dir: str | Path, owned_partitions: set[int], partitions: int, *, fsync: str = "batch",
-                 segment_bytes: int = 64 * 1024 * 1024, linger_ms: float = 0.0) -> None:
+                 segment_bytes: int = 64 * 1024 * 1024, linger_ms: float = 0.0,
+                 inline_fsync_under_ms: float = 1.0) -> None:
         if fsync not in ("always", "batch", "never"):
             raise ValueError(f"unknown fsync policy {fsync!r}")
         self.root = Path(data_dir)
@@ -373,6 +382,8 @@ class Wal:
         self.fsync = fsync
         self.segment_bytes = segment_bytes
         self.linger = linger_ms / 1000.0
+        self.inline_fsync_under = inline_fsync_under_ms / 1000.0  # batch: fsync on the loop while faster
+        self.fsync_seconds = 0.0  # moving average of an fsync pass (batch: decides where the next one runs)
         self.streams: dict[tuple[Any, ...], Stream] = {}
         self._written: set[Stream] = set()
         # data streams whose log was dropped since the last commit (with the append that dropped it),
@@ -529,19 +540,20 @@ class Wal:
         if self.fsync == "never":
             self._remove_dropped(dropped, drops)
             return None
-        if self.fsync == "always":
+        pending = self._pending if self._pending is not None and not self._pending.done() else None
+        if self.fsync == "always" or (not self.linger and self.fsync_seconds < self.inline_fsync_under):
             start = time.perf_counter()
             try:
                 for s in written:
                     s.sync()
             except OSError as exc:
                 raise WalError(str(exc)) from exc
-            if written and self.on_fsync:
-                self.on_fsync(time.perf_counter() - start)
+            if written:
+                self._fsynced(time.perf_counter() - start)
             self._remove_dropped(dropped, drops)
             return None
         if not written:
-            return self._pending if self._pending is not None and not self._pending.done() else None
+            return pending
         fut: concurrent.futures.Future[None] = concurrent.futures.Future()
         with self._cv:
             self._queue.append((written, fut))
@@ -571,13 +583,17 @@ class Wal:
             except BaseException as exc:  # a failed fsync must not ack anything
                 log.critical("fsync failed: %s", exc)
                 error = exc
-            if self.on_fsync:
-                self.on_fsync(time.perf_counter() - start)
+            self._fsynced(time.perf_counter() - start)
             for _w, fut in batch:
                 if error is None:
                     fut.set_result(None)
                 else:
                     fut.set_exception(error)
+
+    def _fsynced(self, seconds: float) -> None:
+        self.fsync_seconds = 0.8 * self.fsync_seconds + 0.2 * seconds
+        if self.on_fsync:
+            self.on_fsync(seconds)
 
     # -- compaction -------------------------------------------------------------
     def _compact_async(self, s: Stream) -> None:

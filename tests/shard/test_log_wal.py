@@ -241,7 +241,8 @@ def test_compaction_bounds_the_wal_and_a_restart_rebuilds_the_compacted_log(tmp_
 
 def test_superseded_segments_go_only_once_the_compaction_is_durable_and_never_the_compactions_own(
         tmp_path: Path) -> None:
-    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="batch", segment_bytes=400)
+    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="batch", segment_bytes=400,
+              inline_fsync_under_ms=0)  # every pass on the syncer thread
     logs = LogManager(coordinator_partitions=PARTITIONS)
     compact = {"cleanup.policy": "compact", "segment.ms": "1"}
 

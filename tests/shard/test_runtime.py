@@ -1,5 +1,5 @@
 """The shard runtime's replies: a pong leaves behind the replies queued before it, and only once
-they are durable. A gateway fails what it sent before a ping answered by a new incarnation, so a
+they are durable; replies made durable at once still wait behind earlier ones whose fsync runs. A gateway fails what it sent before a ping answered by a new incarnation, so a
 pong that overtook the reply to a write the new process ran would get that write failed (and a
 producer without idempotence would retry it into a duplicate); and a pong that skipped a stuck
 fsync would keep a shard that answers nothing marked up."""
@@ -67,6 +67,39 @@ def test_a_pong_leaves_after_the_replies_before_it_once_they_are_durable(monkeyp
         await asyncio.sleep(0.05)
         assert [env[0] for env in sock.sent] == [7, -1], "the reply, then the pong"
         assert sock.sent[1][2]["incarnation"] == runtime.incarnation and sock.sent[1][2]["sent"] == 1.5
+
+    asyncio.run(main())
+
+
+class _States(_State):
+    """Its first commit is durable when the test says so, later ones at once (an fsync in place)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits = 0
+
+    def commit(self) -> concurrent.futures.Future[None] | None:
+        self.commits += 1
+        return self.durable if self.commits == 1 else None
+
+
+def test_replies_durable_at_once_wait_behind_earlier_ones_whose_fsync_runs(monkeypatch: Any) -> None:
+    _one_metrics(monkeypatch)
+
+    async def main() -> None:
+        state = _States()
+        runtime = ShardRuntime(0, "inproc://unused", lambda _rt: state)  # type: ignore[arg-type,return-value]
+        sock = _Router()
+        runtime._router = sock  # type: ignore[assignment]
+        runtime.handle(b"gw", [7, int(Op.PRODUCE), "org", None, "first"])
+        await asyncio.sleep(0.05)
+        runtime.handle(b"gw", [8, int(Op.PRODUCE), "org", None, "second"])
+        await asyncio.sleep(0.05)
+        assert state.commits == 2
+        assert sock.sent == [], "the second reply waits for the first, which is not durable yet"
+        state.durable.set_result(None)
+        await asyncio.sleep(0.05)
+        assert [env[0] for env in sock.sent] == [7, 8]
 
     asyncio.run(main())
 

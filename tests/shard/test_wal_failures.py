@@ -1,10 +1,12 @@
-"""The write-ahead log when the disk fails it: a full disk, a failed fsync, and removing a dropped
-log only once the drop (and what remembers it) is durable."""
+"""The write-ahead log when the disk fails it: a full disk, a failed fsync, a slow disk (the batch
+policy's fsync leaves the loop for its thread), and removing a dropped log only once the drop (and
+what remembers it) is durable."""
 
 from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,13 @@ from rafka.shard.wal import Wal, WalError
 
 
 class FailingOs:
-    """``os`` with the next ``write`` short then ENOSPC, or the next ``fdatasync`` EIO."""
+    """``os`` with the next ``write`` short then ENOSPC, the next ``fdatasync`` EIO, or every
+    ``fdatasync`` taking ``delay`` seconds."""
 
     def __init__(self) -> None:
         self.short_write = False
         self.fail_sync = False
+        self.delay = 0.0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
@@ -33,6 +37,7 @@ class FailingOs:
         return os.write(fd, data)
 
     def fdatasync(self, fd: int) -> None:
+        time.sleep(self.delay)
         if self.fail_sync:
             self.fail_sync = False
             raise OSError(errno.EIO, "Input/output error")
@@ -80,7 +85,7 @@ def test_a_failed_fsync_is_an_error_and_leaves_the_stream_to_sync(tmp_path: Path
 
 
 def test_a_dropped_log_is_removed_only_after_its_commit_is_durable(tmp_path: Path) -> None:
-    w = Wal(tmp_path, set(range(4)), 4, fsync="batch")
+    w = Wal(tmp_path, set(range(4)), 4, fsync="batch", inline_fsync_under_ms=0)  # every pass on the syncer thread
     key = ("o", "t", 0)
     batch = Record(RecordType.PARTITION_BATCH, key, {"batch": bytes(61), "append_ms": 0, "roll": True})
     w.append([batch])
@@ -142,4 +147,43 @@ def test_a_new_segment_file_and_its_new_directories_are_durable_before_the_commi
         w.append(commit(("acme", "g"), n))
         w.commit()
     assert len(list(stream_dir.glob("*.wal"))) > 1 and set(synced) == {stream_dir}
+    w.close()
+
+
+def test_batch_fsyncs_in_place_while_the_disk_is_fast_and_on_its_thread_while_it_is_slow(
+        tmp_path: Path, failing: FailingOs) -> None:
+    w = Wal(tmp_path, set(range(4)), 4, fsync="batch")
+    [stream] = [w._stream(w.stream_key(r)) for r in commit(("o", "g"), 0)]
+    w.append(commit(("o", "g"), 1))
+    assert w.commit() is None and not stream.dirty, "a fast disk: durable when commit returns"
+
+    failing.delay = 0.05  # the disk slows down: one pass still runs in place ...
+    w.append(commit(("o", "g"), 2))
+    assert w.commit() is None and not stream.dirty
+    w.append(commit(("o", "g"), 3))
+    start = time.perf_counter()
+    slow = w.commit()  # ... then the passes go to the thread, and the caller is not held
+    assert slow is not None and time.perf_counter() - start < 0.04
+    failing.delay = 0.0
+    slow.result(5)
+
+    for n in range(4, 30):  # fast again: back in place once the average says so
+        w.append(commit(("o", "g"), n))
+        fut = w.commit()
+        if fut is None:
+            break
+        fut.result(5)
+    assert fut is None
+    w.close()
+    assert recovered(tmp_path) == list(range(1, n + 1))
+
+
+def test_a_failed_fsync_in_place_under_batch_is_an_error(tmp_path: Path, failing: FailingOs) -> None:
+    w = Wal(tmp_path, set(range(4)), 4, fsync="batch")
+    w.append(commit(("o", "g"), 1))
+    failing.fail_sync = True
+    with pytest.raises(WalError):
+        w.commit()
+    [stream] = w.streams.values()
+    assert stream.dirty, "the stream is still to be synced"
     w.close()
