@@ -14,7 +14,11 @@ that fit no stream, are ignored with a log line); each entry is
 ``append`` call gives that stream, written and checksummed as one unit, so a torn
 write loses a whole op's records or none, and recovery decodes thousands of
 records per call into C. Appends go straight to
-the file (page cache). ``commit()`` makes everything appended so far durable under
+the file (page cache), into space allocated ahead in chunks (``posix_fallocate``,
+an eighth of the segment so far, 64 KiB to 4 MiB): an fsync that must also record
+a new file size costs a journal commit more (measured here: 215 µs against 140 µs
+per fdatasync). The unused zeros after the last entry are the end of the segment's
+data; a segment is cut to its data when it rolls or closes. ``commit()`` makes everything appended so far durable under
 the fsync policy and returns a future to wait on (or None when nothing waits):
 
 A directory that gained an entry (a new segment file, a new stream directory) is fsynced
@@ -117,6 +121,8 @@ def read_entries(path: Path) -> tuple[list[Record], int, str | None, bool]:
     while pos < len(data):
         entry, end, why = _entry_at(data, pos)
         if why is not None:
+            if data.count(0, pos) == len(data) - pos:
+                break  # zeros allocated ahead, never written: the end of the data
             return out, pos, why, pos < end < len(data) and _entry_at(data, end)[2] is None
         out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
         pos = end
@@ -150,7 +156,8 @@ class Stream:
         self.segment_bytes = segment_bytes
         self.fd: int | None = None
         self.seq = 0
-        self.size = 0
+        self.size = 0  # bytes of entries in the active segment
+        self.allocated = 0  # its length on disk: entries, then zeros allocated ahead
         self.dirty = False
         self.lock = threading.Lock()  # guards the fd against the syncer and the compactor
         self.segment_last_offset: dict[int, int] = {}  # data streams: seq -> last offset stored in it
@@ -182,6 +189,7 @@ class Stream:
         for stray in sorted(set(self.dir.glob("*.wal")) - set(segs)):
             log.warning("%s: not a write-ahead-log segment name; ignored", stray)
         dropped_at: int | None = None
+        good = None
         for i, seg in enumerate(segs):
             records, good, why, damaged = read_entries(seg)
             if why is not None and i < len(segs) - 1:
@@ -199,7 +207,7 @@ class Stream:
             self.seq = int(segs[-1].stem)
         if dropped_at is not None:
             self._unlink_sealed(dropped_at)
-        self._open(self.seq)
+        self._open(self.seq, good)
 
     def _cut_tail(self, seg: Path, good: int, why: str, damaged: bool) -> None:
         """Truncate the active segment at its last good entry, as Kafka's recovery truncates a
@@ -220,15 +228,28 @@ class Stream:
             f.truncate(good)
             os.fsync(f.fileno())
 
-    def _open(self, seq: int) -> None:
+    def _open(self, seq: int, size: int | None = None) -> None:
+        """Open segment ``seq`` for appends after its first ``size`` bytes (all of it if None)."""
         path = self.dir / f"{seq:020d}.wal"
         try:
-            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            self.fd = os.open(path, os.O_WRONLY)
         except FileNotFoundError:
-            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
             self.new_entries.add(self.dir)
         self.seq = seq
-        self.size = os.fstat(self.fd).st_size
+        self.allocated = os.fstat(self.fd).st_size
+        self.size = self.allocated if size is None else min(size, self.allocated)
+
+    def _allocate(self, need: int) -> None:
+        """Allocate the active segment ahead to hold ``need`` bytes and a chunk more (not past
+        ``segment_bytes``, where it rolls). Where the file system cannot, appends extend the file."""
+        chunk = min(max(self.size // 8, 64 << 10), 4 << 20)
+        target = max(need, min(need + chunk, self.segment_bytes))
+        try:
+            os.posix_fallocate(self.fd, self.allocated, target - self.allocated)  # type: ignore[arg-type]
+            self.allocated = target
+        except OSError:  # no space for the chunk (the write may still fit), or not supported
+            self.allocated = max(os.fstat(self.fd).st_size, need)  # type: ignore[arg-type]
 
     def append(self, records: list[Record], data: bytes, roll: bool = False) -> bool:
         """Append one entry holding ``records`` (in a new segment if ``roll``, or if the current
@@ -241,6 +262,8 @@ class Stream:
             if self.size and (roll or self.size + len(data) > self.segment_bytes):
                 self._roll()
                 rolled = True
+            if self.size + len(data) > self.allocated:
+                self._allocate(self.size + len(data))
             self._write_all(data)
             self.size += len(data)
             self.dirty = True
@@ -253,11 +276,15 @@ class Stream:
         """Write the whole entry or nothing: a short write (a full disk) is cut off again and
         raised, so no torn entry sits before later, acknowledged ones."""
         view = memoryview(data)
+        at = self.size
         try:
             while view:
-                view = view[os.write(self.fd, view):]  # type: ignore[arg-type]
+                n = os.pwrite(self.fd, view, at)  # type: ignore[arg-type]
+                view = view[n:]
+                at += n
         except OSError:
             os.ftruncate(self.fd, self.size)  # type: ignore[arg-type]
+            self.allocated = self.size
             raise
 
     def _note(self, seq: int, records: list[Record]) -> bool:
@@ -297,6 +324,7 @@ class Stream:
     def _roll(self) -> None:
         fd, self.fd = self.fd, None
         try:
+            os.ftruncate(fd, self.size)  # type: ignore[arg-type]  # sealed: its entries only
             os.fsync(fd)  # type: ignore[arg-type]
         finally:
             os.close(fd)  # type: ignore[arg-type]
@@ -334,8 +362,11 @@ class Stream:
     def close(self) -> None:
         with self.lock:
             if self.fd is not None:
-                os.close(self.fd)
-                self.fd = None
+                try:
+                    os.ftruncate(self.fd, self.size)  # the zeros allocated ahead go
+                finally:
+                    os.close(self.fd)
+                    self.fd = None
 
 
 def _subdirs(path: Path, digits: bool = False) -> list[Path]:

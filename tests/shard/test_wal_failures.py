@@ -18,7 +18,7 @@ from rafka.shard.wal import Wal, WalError
 
 
 class FailingOs:
-    """``os`` with the next ``write`` short then ENOSPC, the next ``fdatasync`` EIO, or every
+    """``os`` with the next ``pwrite`` short then ENOSPC, the next ``fdatasync`` EIO, or every
     ``fdatasync`` taking ``delay`` seconds."""
 
     def __init__(self) -> None:
@@ -29,12 +29,12 @@ class FailingOs:
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
-    def write(self, fd: int, data: Any) -> int:
+    def pwrite(self, fd: int, data: Any, offset: int) -> int:
         if self.short_write:
             self.short_write = False
-            os.write(fd, bytes(data[:7]))  # the disk fills part-way through the entry
+            os.pwrite(fd, bytes(data[:7]), offset)  # the disk fills part-way through the entry
             raise OSError(errno.ENOSPC, "No space left on device")
-        return os.write(fd, data)
+        return os.pwrite(fd, data, offset)
 
     def fdatasync(self, fd: int) -> None:
         time.sleep(self.delay)
