@@ -179,12 +179,14 @@ class ShardRuntime:
         except WalError as exc:
             self.fail(str(exc))
             return
-        if not self._outbox or self._router is None:
+        if durable is None and not self._outbox:
             return
         outbox, self._outbox = self._outbox, defaultdict(list)
         if durable is None and not self._unsent:
             self._send(outbox)
             return
+        # held until durable, and watched even with no replies (a timer's records): a failed
+        # fsync stops the shard whoever wrote what it could not make durable
         self._unsent.append((durable, outbox))
         if durable is not None:
             loop = asyncio.get_running_loop()
@@ -207,7 +209,7 @@ class ShardRuntime:
         router = self._router
         if router is None or self.failed:
             return
-        for ident, batch in outbox.items():
+        for ident, batch in outbox.items():  # empty for a commit that had no replies
             if not router.send([ident, pack(batch)]):
                 log.warning("replies to a gateway dropped: its connection is gone")
 

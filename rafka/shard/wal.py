@@ -582,7 +582,7 @@ class Wal:
             if written:
                 self._fsynced(time.perf_counter() - start)
             self._remove_dropped(dropped, drops)
-            return None
+            return pending  # what was appended before is durable once the thread's pass is
         if not written:
             return pending
         fut: concurrent.futures.Future[None] = concurrent.futures.Future()

@@ -104,6 +104,25 @@ def test_replies_durable_at_once_wait_behind_earlier_ones_whose_fsync_runs(monke
     asyncio.run(main())
 
 
+def test_a_failed_fsync_of_records_no_reply_waits_for_stops_the_shard(monkeypatch: Any) -> None:
+    """A timer's records (an expired member's removal) go to the log with no reply waiting on
+    them: their fsync failing on the syncer thread stops the shard all the same."""
+    _one_metrics(monkeypatch)
+
+    async def main() -> None:
+        state = _State()
+        runtime = ShardRuntime(0, "inproc://unused", lambda _rt: state)  # type: ignore[arg-type,return-value]
+        runtime._router = _Router()  # type: ignore[assignment]
+        runtime.run_timer("session-expiry", lambda _now: [])
+        await asyncio.sleep(0.05)
+        assert not runtime.failed
+        state.durable.set_exception(OSError(5, "Input/output error"))
+        await asyncio.sleep(0.05)
+        assert runtime.failed, "the shard stops, to restart and replay"
+
+    asyncio.run(main())
+
+
 def test_an_op_too_large_for_one_log_entry_is_refused_and_the_shard_serves_on(tmp_path: Any, monkeypatch: Any) -> None:
     """An OffsetCommit listing one partition thousands of times under a long group id made a
     write-ahead-log entry recovery cannot read (over 256 MiB from a 210 KB request): the shard

@@ -187,3 +187,23 @@ def test_a_failed_fsync_in_place_under_batch_is_an_error(tmp_path: Path, failing
     [stream] = w.streams.values()
     assert stream.dirty, "the stream is still to be synced"
     w.close()
+
+
+def test_a_pass_in_place_while_the_threads_runs_waits_for_it(tmp_path: Path, failing: FailingOs) -> None:
+    """What was appended before a pass in place may be in the thread's pass still: a reply that
+    reflects it (a read after a timer's write) must wait for that pass too."""
+    w = Wal(tmp_path, set(range(4)), 4, fsync="batch")
+    failing.delay = 0.3
+    w.fsync_seconds = 0.01  # the disk has been slow: this pass goes to the thread
+    w.append(commit(("o", "g"), 1))
+    earlier = w.commit()
+    assert earlier is not None
+    failing.delay = 0.0
+    w.fsync_seconds = 0.0  # fast again: the next pass runs in place ...
+    w.append(commit(("o", "h"), 2))
+    later = w.commit()
+    assert later is not None and not later.done(), "... and answers once the thread's pass is durable"
+    later.result(5)
+    assert earlier.done()
+    assert w.commit() is None, "nothing running: durable at once"
+    w.close()
