@@ -46,12 +46,14 @@ class ZmtpError(Exception):
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, str | tuple[str, int]]:
-    """``ipc:///path`` → ("ipc", path); ``tcp://host:port`` → ("tcp", (host, port)); ``*`` is any address."""
+    """``ipc:///path`` → ("ipc", path), ``ipc://@name`` → Linux's abstract socket ``\\0name``;
+    ``tcp://host:port`` → ("tcp", (host, port)), where ``host`` is an address or a name to resolve
+    (not an interface name, as libzmq also takes) and ``*`` is any address."""
     scheme, sep, rest = endpoint.partition("://")
     if not sep or not rest:
         raise ValueError(f"bad endpoint {endpoint!r}: expected ipc://PATH or tcp://HOST:PORT")
     if scheme == "ipc":
-        return "ipc", rest
+        return "ipc", "\0" + rest[1:] if rest.startswith("@") else rest
     if scheme == "tcp":
         host, colon, port = rest.rpartition(":")
         if not colon or not port.isdigit():
@@ -96,12 +98,17 @@ def parse_properties(data: bytes) -> dict[bytes, bytes]:
     return props
 
 
-class Connection(asyncio.Protocol):
-    """One ZMTP connection; ``on_ready``, ``on_message`` and ``on_idle`` are its owner's callbacks."""
+def _log_error(why: str) -> None:
+    log.warning("closing a rail connection: %s", why)
 
-    def __init__(self, socket_type: bytes, on_ready: Callable[[Connection, dict[bytes, bytes]], None],
+
+class Connection(asyncio.Protocol):
+    """One ZMTP connection; the ``on_*`` arguments are its owner's callbacks. An owner callback
+    that raises is logged and the connection goes on: one bad message costs only itself."""
+
+    def __init__(self, socket_type: bytes, on_ready: Callable[[Connection], None],
                  on_message: Callable[[Connection, list[bytes]], None], on_idle: Callable[[], None],
-                 on_lost: Callable[[Connection], None]) -> None:
+                 on_lost: Callable[[Connection], None], on_error: Callable[[str], None] = _log_error) -> None:
         self.socket_type = socket_type
         self.transport: asyncio.Transport | None = None
         self.ready = False
@@ -110,23 +117,29 @@ class Connection(asyncio.Protocol):
         self._on_message = on_message
         self._on_idle = on_idle
         self._on_lost = on_lost
+        self._on_error = on_error
         self._buf = bytearray()
         self._greeted = False
         self._frames: list[bytes] = []  # of the message being received
+        self._handshake_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.transport.write(GREETING + ready(self.socket_type))  # type: ignore[union-attr]
-        asyncio.get_running_loop().call_later(HANDSHAKE_IVL, self._handshake_due)
+        self._handshake_timer = asyncio.get_running_loop().call_later(HANDSHAKE_IVL, self._handshake_due)
 
     def _handshake_due(self) -> None:
+        self._handshake_timer = None
         if not self.ready and self.transport is not None:
-            log.warning("closing a rail connection: no handshake in %.0f s", HANDSHAKE_IVL)
+            self._on_error(f"no handshake in {HANDSHAKE_IVL:.0f} s")
             self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
         self._on_lost(self)
 
     def data_received(self, data: bytes) -> None:
@@ -135,13 +148,16 @@ class Connection(asyncio.Protocol):
         try:
             pos = self._parse(buf)
         except ZmtpError as exc:
-            log.warning("closing a rail connection: %s", exc)
+            self._on_error(str(exc))
             self.close()
             return
         if pos:
             del buf[:pos]
         if self.ready:
-            self._on_idle()
+            try:
+                self._on_idle()
+            except Exception:
+                log.exception("a rail callback failed")
 
     # -- sending ---------------------------------------------------------------
     def send(self, frames: list[bytes]) -> None:
@@ -152,7 +168,7 @@ class Connection(asyncio.Protocol):
         last = len(frames) - 1
         if last == 0:  # the rail's usual case: one write
             body = frames[0]
-            transport.write(frame(body) + body if len(body) < 4096 else b"".join((frame(body), body)))
+            transport.write(frame(body) + body)
             return
         parts: list[bytes] = []
         for i, body in enumerate(frames):
@@ -208,7 +224,10 @@ class Connection(asyncio.Protocol):
                 self._frames.append(body)
                 if not flags & MORE:
                     message, self._frames = self._frames, []
-                    self._on_message(self, message)
+                    try:
+                        self._on_message(self, message)
+                    except Exception:
+                        log.exception("a rail callback failed; the message is dropped")
             if self.transport is None:
                 break  # closed meanwhile
         return pos
@@ -217,6 +236,9 @@ class Connection(asyncio.Protocol):
         n = body[0] if body else 0
         name = body[1:1 + n]
         data = body[1 + n:]
+        if name == b"ERROR":
+            reason = data[1:1 + data[0]].decode(errors="replace") if data else ""
+            raise ZmtpError(f"the peer reported an error: {reason}")
         if name == b"READY":
             if self.ready:
                 raise ZmtpError("a second READY")
@@ -227,15 +249,14 @@ class Connection(asyncio.Protocol):
                                 f"{self.socket_type.decode()}")
             self.routing_id = props.get(b"identity", b"")
             self.ready = True
-            self._on_ready(self, props)
+            if self._handshake_timer is not None:
+                self._handshake_timer.cancel()
+                self._handshake_timer = None
+            self._on_ready(self)
         elif not self.ready:
             raise ZmtpError(f"{name.decode(errors='replace')} before READY")
-        elif name == b"PING":
-            if self.transport is not None:  # context = what follows the 2-byte TTL
-                self.transport.write(command(b"PONG", data[2:]))
-        elif name == b"ERROR":
-            reason = data[1:1 + data[0]].decode(errors="replace") if data else ""
-            raise ZmtpError(f"the peer reported an error: {reason}")
+        elif name == b"PING" and self.transport is not None:  # context: up to 16 bytes after the TTL's 2
+            self.transport.write(command(b"PONG", data[2:18]))
 
 
 class Router:
@@ -256,10 +277,11 @@ class Router:
         loop = asyncio.get_running_loop()
         if kind == "ipc":
             assert isinstance(where, str)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(where)  # a stale socket file of a process that died, as libzmq does
+            if not where.startswith("\0"):  # not an abstract name: a file
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(where)  # a stale socket file of a process that died, as libzmq does
+                self._ipc_path = where
             self._server = await loop.create_unix_server(self._connection, where)
-            self._ipc_path = where
         else:
             assert isinstance(where, tuple)
             self._server = await loop.create_server(self._connection, where[0], where[1])
@@ -269,7 +291,7 @@ class Router:
         self._conns.add(conn)
         return conn
 
-    def _ready(self, conn: Connection, props: dict[bytes, bytes]) -> None:
+    def _ready(self, conn: Connection) -> None:
         rid = conn.routing_id
         if not rid or rid[0] == 0 or rid in self._peers:  # libzmq's rule: ids starting with 0 are its own
             rid = b"\0" + struct.pack(">I", next(self._ids) & 0xFFFFFFFF)
@@ -319,8 +341,10 @@ class Dealer:
         self._on_disconnected = on_disconnected
         self._reconnect_ivl = reconnect_ivl
         self._conn: Connection | None = None  # once ready
+        self._latest: Connection | None = None  # the connection being made or used
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._failing = False  # a connection failed its handshake: said once until one succeeds
 
     @property
     def connected(self) -> bool:
@@ -362,9 +386,21 @@ class Dealer:
                 self._conn = None
                 self._on_disconnected()
 
-        return Connection(b"DEALER", self._ready, lambda _c, frames: self._on_message(frames), lambda: None, on_lost)
+        conn = Connection(b"DEALER", self._ready, lambda _c, frames: self._on_message(frames), lambda: None, on_lost,
+                          self._handshake_failed)
+        self._latest = conn
+        return conn
 
-    def _ready(self, conn: Connection, props: dict[bytes, bytes]) -> None:
+    def _handshake_failed(self, why: str) -> None:
+        if not self._failing:  # retried every reconnect interval: said once until one succeeds
+            self._failing = True
+            log.warning("closing the rail connection to %s (retrying quietly): %s", self.endpoint, why)
+
+    def _ready(self, conn: Connection) -> None:
+        if self._closed:
+            conn.close()
+            return
+        self._failing = False
         self._conn = conn
         self._on_connected()
 
@@ -372,6 +408,7 @@ class Dealer:
         self._closed = True
         if self._task is not None:
             self._task.cancel()
-        conn, self._conn = self._conn, None
+        self._conn = None
+        conn, self._latest = self._latest, None
         if conn is not None and conn.transport is not None:
             conn.transport.abort()

@@ -1,8 +1,9 @@
-"""ZMTP on the event loop against libzmq (pyzmq), both directions, over ipc:// and tcp://:
-messages of every size class arrive whole and in order, multipart messages keep their
-frames, a dealer reconnects and queues nothing while it has no connection, and a peer
-that breaks the protocol (not ZMTP, another security mechanism, an incompatible socket
-type, an ERROR command, an oversized frame) is disconnected with a log line, not a crash."""
+"""ZMTP on the event loop against libzmq (pyzmq), both directions, over ipc:// (abstract names
+too) and tcp://: messages of every size class arrive whole and in order, multipart messages
+keep their frames, a dealer reconnects and queues nothing while it has no connection, and a
+peer that breaks the protocol (not ZMTP, another security mechanism, an incompatible socket
+type, an ERROR command, an oversized frame, no handshake) is disconnected with a log line,
+not a crash; an owner callback that raises costs only its message."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import zmq
 from rafka import zmtp
 
 SIZES = [0, 1, 255, 256, 70_000, 3_000_000]  # short frames, the first long frame, a large message
+GREETING_AND_READY = zmtp.GREETING + zmtp.ready(b"DEALER")  # what a dealer sends first
 
 
 def _endpoints(tmp_path: Path, free_port: int) -> list[str]:
@@ -281,6 +283,102 @@ def test_a_peer_that_never_completes_its_handshake_is_disconnected(tmp_path: Pat
             assert asyncio.get_running_loop().time() - start < 2
         finally:
             writer.close()
+            router.close()
+
+    _run(main)
+
+
+def test_a_callback_that_raises_costs_its_message_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    endpoint = f"ipc://{tmp_path}/z.sock"
+
+    async def main() -> None:
+        received: list[bytes] = []
+
+        def on_message(frames: list[bytes]) -> None:
+            if frames[1] == b"bad":
+                raise ValueError("a bug in the owner")
+            received.append(frames[1])
+
+        router = zmtp.Router(on_message, lambda: None)
+        await router.bind(endpoint)
+        dealer = zmq.Context.instance().socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(endpoint)
+        try:
+            for body in (b"one", b"bad", b"two"):
+                dealer.send(body)
+            await _until(lambda: len(received) == 2)
+            assert received == [b"one", b"two"], "the connection goes on"
+            assert len(router._peers) == 1
+        finally:
+            dealer.close(0)
+            router.close()
+
+    with caplog.at_level("ERROR", logger="rafka.zmtp"):
+        _run(main)
+    assert any("rail callback failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_dealer_closed_during_its_handshake_drops_that_connection(tmp_path: Path) -> None:
+    path = tmp_path / "z.sock"
+
+    async def main() -> None:
+        accepted: list[asyncio.StreamReader] = []
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.append(reader)  # reads the greeting, never answers
+
+        server = await asyncio.start_unix_server(silent, str(path))
+        dealer = zmtp.Dealer(f"ipc://{path}", lambda frames: None)
+        dealer.start()
+        try:
+            await _until(lambda: accepted)
+            await asyncio.sleep(0.05)
+            dealer.close()
+            assert await asyncio.wait_for(accepted[0].read(), 2) == GREETING_AND_READY, "then the end of the stream"
+            assert not dealer.connected
+        finally:
+            server.close()
+
+    _run(main)
+
+
+def test_a_dealer_says_once_that_its_peer_is_not_zmtp(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "z.sock"
+
+    async def main() -> None:
+        async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            writer.write(_greeting() + zmtp.command(b"ERROR", b"\x0bnot allowed"))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_unix_server(refuse, str(path))
+        dealer = zmtp.Dealer(f"ipc://{path}", lambda frames: None, reconnect_ivl=0.01)
+        dealer.start()
+        await asyncio.sleep(0.5)  # dozens of tries
+        dealer.close()
+        server.close()
+
+    with caplog.at_level("WARNING", logger="rafka.zmtp"):
+        _run(main)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "not allowed" in lines[0], lines
+
+
+def test_an_abstract_ipc_endpoint(tmp_path: Path) -> None:
+    name = f"ipc://@rafka-test-{tmp_path.name}"
+
+    async def main() -> None:
+        router = zmtp.Router(lambda frames: router.send([frames[0], b"re:" + frames[1]]), lambda: None)
+        await router.bind(name)
+        dealer = zmq.Context.instance().socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(name)  # libzmq's spelling of the same abstract socket
+        try:
+            dealer.send(b"hi")
+            assert await _zmq_recv(dealer) == [b"re:hi"]
+        finally:
+            dealer.close(0)
             router.close()
 
     _run(main)

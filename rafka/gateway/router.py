@@ -3,7 +3,7 @@
 How this works: ``ShardRouter`` keeps one ZeroMQ DEALER (``rafka.zmtp``) per shard. ``call``
 queues an envelope for the owning shard and returns a future; all envelopes queued
 for a shard during one loop tick go out as one ZeroMQ message (see ``rafka.rail``).
-A reader task per socket resolves futures by request id. There is no per-request
+Replies resolve the futures by request id as they arrive. There is no per-request
 time cap — a JoinGroup is rightly parked until its rebalance completes — so
 liveness is separate: the router pings every shard; a shard that misses pings for
 ``dead_after`` seconds, or whose connection drops (a killed process closes it at
@@ -17,8 +17,10 @@ shard (a slow disk, a paused process) still runs them, and failing them would te
 a producer "not written" of a batch that then is, so its retry would duplicate it.
 They fail when a pong with a new incarnation id says the shard restarted (calls
 sent before that ping, whose send time the pong echoes, were lost with the old
-process), or when the shard has been down for ``give_up_after`` seconds (clients
-have long timed out by then). A pong also carries the shard's layout (its index,
+process), when the shard has been down for ``give_up_after`` seconds (clients
+have long timed out by then), or ``give_up_after`` seconds after the connection
+they went out on dropped, even if the same process is back: their replies went
+with it (a shard routes a reply to the connection its request came on). A pong also carries the shard's layout (its index,
 the shard count, the coordinator partition count); a shard whose layout differs
 from the gateway's owns other state than the gateway would route to it, so it
 stays down (with an error line) until they agree. Pings carry the gateway's view
@@ -63,6 +65,7 @@ class _Shard:
     __slots__ = (
         "alive",
         "dealer",
+        "dropped_at",
         "endpoint",
         "incarnation",
         "index",
@@ -87,6 +90,7 @@ class _Shard:
         self.up_since = 0.0  # time.monotonic() of the last time it came up
         self.last_seen = 0.0
         self.ping_sent: dict[int, float] = {}
+        self.dropped_at: float | None = None  # when its connection last dropped, while calls sent before may wait
         self.refused: list[int] | None = None  # the layout it reported, while it differs from ours
 
 
@@ -235,6 +239,7 @@ class ShardRouter:
     def _on_disconnected_for(self, index: int) -> Any:
         def disconnected() -> None:
             s = self._shards[index]
+            s.dropped_at = time.monotonic()
             if s.alive:
                 log.error("shard %d at %s disconnected: marking it down", s.index, s.endpoint)
                 self._mark_down(s, f"shard {s.index} disconnected", keep=WAIT_OUT_STALL)
@@ -305,6 +310,18 @@ class ShardRouter:
                 fut.set_exception(exc)
                 fut.exception()  # a caller gone meanwhile is no "never retrieved" error: the cause is logged
 
+    def _fail_sent_before(self, s: _Shard, dropped_at: float) -> None:
+        """Fail the calls sent on a connection that dropped: no reply to them can come."""
+        lost = [rid for rid, (_f, t, _op) in s.pending.items() if t < dropped_at]
+        if lost:
+            log.error("shard %d at %s: failing %d requests whose connection dropped %.0fs ago", s.index, s.endpoint,
+                      len(lost), self.give_up_after)
+        for rid in lost:
+            fut = s.pending.pop(rid)[0]
+            if not fut.done():
+                fut.set_exception(ShardUnavailable(f"the connection to shard {s.index} dropped"))
+                fut.exception()
+
     def _ping(self, s: _Shard, now: float) -> None:
         """Send ``s`` a ping (dropped while it has no connection)."""
         pid = next(self._ping_ids)
@@ -326,5 +343,8 @@ class ShardRouter:
                     log.error("shard %d at %s silent for %.0fs: failing its %d pending requests", s.index,
                               s.endpoint, self.give_up_after, len(s.pending))
                     self._fail_pending(s, ShardUnavailable(f"shard {s.index} is down"))
+                if s.dropped_at is not None and now - s.dropped_at > self.give_up_after:
+                    self._fail_sent_before(s, s.dropped_at)
+                    s.dropped_at = None
                 self._ping(s, now)
             await asyncio.sleep(self.ping_interval)

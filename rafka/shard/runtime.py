@@ -113,6 +113,7 @@ class ShardRuntime:
         """The write-ahead log failed: send no reply queued since the last durable point (it could
         acknowledge what is not stored) and stop, so the shard restarts and replays."""
         log.critical("the write-ahead log failed (%s): stopping the shard so it restarts and replays", why)
+        self._send_durable(until_failed=True)  # replies already durable still go: a lost one is retried
         self.failed = True
         self._outbox.clear()
         self._unsent.clear()
@@ -192,15 +193,17 @@ class ShardRuntime:
             loop = asyncio.get_running_loop()
             durable.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._send_durable))
 
-    def _send_durable(self) -> None:
-        """Send the held outboxes whose commits are durable, oldest first, up to one that is not."""
-        while self._unsent:
+    def _send_durable(self, until_failed: bool = False) -> None:
+        """Send the held outboxes whose commits are durable, oldest first, up to one that is not
+        (one that failed stops the shard, unless it is stopping for that already)."""
+        while self._unsent and not self.failed:
             durable, outbox = self._unsent[0]
             if durable is not None:
                 if not durable.done():
                     return
                 if durable.exception() is not None:
-                    self.fail(str(durable.exception()))
+                    if not until_failed:
+                        self.fail(str(durable.exception()))
                     return
             self._unsent.popleft()
             self._send(outbox)
@@ -271,7 +274,8 @@ class ShardRuntime:
         self._housekeeping_task.cancel()
         self.timer.cancel_all()
         self._flush()
-        self.state.close()
+        self.state.close()  # waits for the fsyncs running
+        self._send_durable()  # so every reply they held leaves before the connections close
         router.close()
 
     async def _housekeeping(self) -> None:

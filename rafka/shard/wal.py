@@ -29,15 +29,16 @@ in the same pass as the entries in it, so a power loss cannot take the file away
   its last pass and resolves every waiting future at once. It starts as soon as
   there is work (no fixed linger, which would only add latency to a lone
   commit): whatever is appended while one fsync runs shares the next, so under
-  load many ops share one fsync while the loop keeps serving. But while fsyncs
-  are fast (``inline_fsync_under``, 1 ms on average) the loop fsyncs itself, as
-  ``always`` does: handing a pass to a thread and back costs two thread
-  wake-ups, and an append to a stream the thread is syncing waits for it anyway,
-  so on a machine with few cores the hand-off cost more than it saved (measured:
-  more commits per second at 1, 4 and 16 clients). A slow or stalling disk sends
-  the passes back to the thread, so it blocks the loop for about one pass. (The
-  shard sends each commit's replies after those of earlier commits, so a pass in
-  place never lets replies overtake those still waiting on the thread.)
+  load many ops share one fsync while the loop keeps serving. But a pass
+  expected to be short (its streams times the moving average of one stream's
+  fsync, under ``inline_fsync_under``, 1 ms) runs on the loop, as ``always``
+  does: handing a pass to a thread and back costs two thread wake-ups, and an
+  append to a stream the thread is syncing waits for it anyway, so on a machine
+  with few cores the hand-off cost more than it saved (measured: more commits
+  per second at 1, 4 and 16 clients). Wide passes (a produce to many
+  partitions) and a slow disk go to the thread, so a stalling disk blocks the
+  loop for about one pass. A pass in place while the thread's runs answers with
+  the thread's future: replies may reflect what that pass holds.
 * ``never``  — no fsync (the OS writes back); replies do not wait.
 
 Recovery reads each stream in order and hands every record to the same
@@ -413,8 +414,8 @@ class Wal:
         self.fsync = fsync
         self.segment_bytes = segment_bytes
         self.linger = linger_ms / 1000.0
-        self.inline_fsync_under = inline_fsync_under_ms / 1000.0  # batch: fsync on the loop while faster
-        self.fsync_seconds = 0.0  # moving average of an fsync pass (batch: decides where the next one runs)
+        self.inline_fsync_under = inline_fsync_under_ms / 1000.0  # batch: passes expected shorter run in place
+        self.fsync_seconds = 0.0  # moving average of one stream's fsync (batch: where the next pass runs)
         self.streams: dict[tuple[Any, ...], Stream] = {}
         self._written: set[Stream] = set()
         # data streams whose log was dropped since the last commit (with the append that dropped it),
@@ -563,7 +564,7 @@ class Wal:
 
     def commit(self) -> concurrent.futures.Future[None] | None:
         """Make every append so far durable; a future to wait on, or None if nothing waits.
-        ``WalError`` when the ``always`` policy's fsync fails."""
+        ``WalError`` when an fsync in place fails (a future fails when the thread's does)."""
         self._remove_durable_drops()
         written, self._written = self._written, set()
         dropped, self._dropped = self._dropped, {}
@@ -572,7 +573,8 @@ class Wal:
             self._remove_dropped(dropped, drops)
             return None
         pending = self._pending if self._pending is not None and not self._pending.done() else None
-        if self.fsync == "always" or (not self.linger and self.fsync_seconds < self.inline_fsync_under):
+        if self.fsync == "always" or (
+                not self.linger and len(written) * self.fsync_seconds < self.inline_fsync_under):
             start = time.perf_counter()
             try:
                 for s in written:
@@ -580,8 +582,11 @@ class Wal:
             except OSError as exc:
                 raise WalError(str(exc)) from exc
             if written:
-                self._fsynced(time.perf_counter() - start)
-            self._remove_dropped(dropped, drops)
+                self._fsynced(time.perf_counter() - start, len(written))
+            if pending is None:
+                self._remove_dropped(dropped, drops)
+            elif dropped or drops:  # what remembers a drop may be in the thread's pass
+                self._removals.append((pending, dropped, drops))
             return pending  # what was appended before is durable once the thread's pass is
         if not written:
             return pending
@@ -614,15 +619,16 @@ class Wal:
             except BaseException as exc:  # a failed fsync must not ack anything
                 log.critical("fsync failed: %s", exc)
                 error = exc
-            self._fsynced(time.perf_counter() - start)
+            self._fsynced(time.perf_counter() - start, len(streams))
             for _w, fut in batch:
                 if error is None:
                     fut.set_result(None)
                 else:
                     fut.set_exception(error)
 
-    def _fsynced(self, seconds: float) -> None:
-        self.fsync_seconds = 0.8 * self.fsync_seconds + 0.2 * seconds
+    def _fsynced(self, seconds: float, streams: int) -> None:
+        """A pass of ``streams`` fsyncs took ``seconds``: the metric, and the per-stream average."""
+        self.fsync_seconds = 0.8 * self.fsync_seconds + 0.2 * seconds / max(streams, 1)
         if self.on_fsync:
             self.on_fsync(seconds)
 

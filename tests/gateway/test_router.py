@@ -3,7 +3,8 @@
 resumes, not failed (a producer told "not written" of a batch the shard then writes retries it
 into a duplicate); its other calls fail; a restart fails what the old process lost; a shard
 silent for ``give_up_after`` has its requests failed; a dropped connection (a killed process)
-marks the shard down at once, and nothing sent meanwhile reaches the next process."""
+marks the shard down at once, and nothing sent meanwhile reaches the next process; a produce sent
+on a connection that dropped fails ``give_up_after`` later even when the same process is back."""
 
 from __future__ import annotations
 
@@ -176,5 +177,38 @@ def test_a_dropped_connection_marks_the_shard_down_at_once_and_reaches_no_later_
             await router.close()
             if second is not None:
                 second.sock.close(0)
+
+    asyncio.run(scenario())
+
+
+def test_a_produce_whose_connection_dropped_fails_once_given_up_even_if_the_same_process_is_back(
+        tmp_path: Path) -> None:
+    """A connection can drop while the process lives (a reset on the network): the reply to what
+    was sent on it can never come, so the kept produce must not wait for ever."""
+    endpoint = f"ipc://{tmp_path}/shard"
+
+    async def scenario() -> None:
+        router = ShardRouter([endpoint], partitions=1, ping_interval=0.05, dead_after=0.3, give_up_after=0.6)
+        first = StandInShard(endpoint)
+        tasks = [asyncio.create_task(first.run())]
+        await router.start()
+        again = None
+        try:
+            await _until(lambda: router.is_alive(0), 3)
+            produce = router.call(0, Op.PRODUCE, "org", {"records": b"x"})
+            await _until(lambda: first.held, 2)
+            first.sock.close(0)  # the connection drops ...
+            again = StandInShard(endpoint)  # ... and the same process ("one") takes a new one
+            tasks.append(asyncio.create_task(again.run()))
+            await _until(lambda: router.is_alive(0), 2)
+            assert not produce.done(), "kept while a stall could still answer it"
+            with pytest.raises(ShardUnavailable, match="dropped"):
+                await asyncio.wait_for(produce, 3)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await router.close()
+            if again is not None:
+                again.sock.close(0)
 
     asyncio.run(scenario())

@@ -1,6 +1,7 @@
 """The shard runtime's replies: a pong leaves behind the replies queued before it, and only once
-they are durable; replies made durable at once still wait behind earlier ones whose fsync runs. A gateway fails what it sent before a ping answered by a new incarnation, so a
-pong that overtook the reply to a write the new process ran would get that write failed (and a
+they are durable; replies made durable at once still wait behind earlier ones whose fsync runs;
+a shard that stops sends the replies its last fsync made durable. A gateway fails what it sent
+before a ping answered by a new incarnation, so a pong that overtook the reply to a write the new process ran would get that write failed (and a
 producer without idempotence would retry it into a duplicate); and a pong that skipped a stuck
 fsync would keep a shard that answers nothing marked up."""
 
@@ -10,7 +11,7 @@ import asyncio
 import concurrent.futures
 from typing import Any
 
-from rafka.rail import Op, Status, unpack
+from rafka.rail import Op, Status, pack, unpack
 from rafka.shard.runtime import ShardRuntime
 
 
@@ -119,6 +120,49 @@ def test_a_failed_fsync_of_records_no_reply_waits_for_stops_the_shard(monkeypatc
         state.durable.set_exception(OSError(5, "Input/output error"))
         await asyncio.sleep(0.05)
         assert runtime.failed, "the shard stops, to restart and replay"
+
+    asyncio.run(main())
+
+
+class _Stopping(_State):
+    """A state whose log is made durable by its close (the fsync a stopping shard waits for)."""
+
+    def recover(self) -> Any:
+        return iter(())
+
+    def start(self, now_ms: int) -> None:
+        pass
+
+    def close(self) -> None:
+        self.durable.set_result(None)
+
+
+def test_a_stopping_shard_sends_the_replies_its_last_fsync_made_durable(tmp_path: Any, monkeypatch: Any) -> None:
+    import zmq
+
+    _one_metrics(monkeypatch)
+    endpoint = f"ipc://{tmp_path}/shard.sock"
+
+    async def main() -> None:
+        state = _Stopping()
+        runtime = ShardRuntime(0, endpoint, lambda _rt: state)  # type: ignore[arg-type,return-value]
+        serving = asyncio.create_task(runtime.serve())
+        gateway = zmq.Context.instance().socket(zmq.DEALER)
+        gateway.setsockopt(zmq.LINGER, 0)
+        gateway.connect(endpoint)
+        try:
+            gateway.send(pack([[7, int(Op.PRODUCE), "org", None, "batch"]]))
+            for _ in range(100):
+                await asyncio.sleep(0.02)
+                if runtime._unsent:
+                    break
+            assert runtime._unsent, "the reply waits for its fsync"
+            runtime.stop()
+            await asyncio.wait_for(serving, 5)
+            assert gateway.poll(2000), "the reply left before the connection closed"
+            assert [env[0] for env in unpack(gateway.recv())] == [7]
+        finally:
+            gateway.close(0)
 
     asyncio.run(main())
 

@@ -152,18 +152,18 @@ def test_a_new_segment_file_and_its_new_directories_are_durable_before_the_commi
 
 def test_batch_fsyncs_in_place_while_the_disk_is_fast_and_on_its_thread_while_it_is_slow(
         tmp_path: Path, failing: FailingOs) -> None:
-    w = Wal(tmp_path, set(range(4)), 4, fsync="batch")
+    w = Wal(tmp_path, set(range(4)), 4, fsync="batch", inline_fsync_under_ms=50)  # "fast": any real disk here
     [stream] = [w._stream(w.stream_key(r)) for r in commit(("o", "g"), 0)]
     w.append(commit(("o", "g"), 1))
     assert w.commit() is None and not stream.dirty, "a fast disk: durable when commit returns"
 
-    failing.delay = 0.05  # the disk slows down: one pass still runs in place ...
+    failing.delay = 0.3  # the disk slows down: one pass still runs in place ...
     w.append(commit(("o", "g"), 2))
     assert w.commit() is None and not stream.dirty
     w.append(commit(("o", "g"), 3))
     start = time.perf_counter()
     slow = w.commit()  # ... then the passes go to the thread, and the caller is not held
-    assert slow is not None and time.perf_counter() - start < 0.04
+    assert slow is not None and time.perf_counter() - start < 0.2
     failing.delay = 0.0
     slow.result(5)
 
@@ -176,6 +176,21 @@ def test_batch_fsyncs_in_place_while_the_disk_is_fast_and_on_its_thread_while_it
     assert fut is None
     w.close()
     assert recovered(tmp_path) == list(range(1, n + 1))
+
+
+def test_a_pass_over_many_streams_goes_to_the_thread(tmp_path: Path) -> None:
+    """A produce to many partitions would hold the loop for one fsync per stream."""
+    w = Wal(tmp_path, set(range(64)), 64, fsync="batch")
+    w.fsync_seconds = 0.0002  # 0.2 ms per stream
+    w.append(commit(("o", "g"), 1))
+    assert w.commit() is None, "one stream: in place"
+    for g in range(30):
+        w.append(commit(("o", f"g{g}"), 1))
+    assert len(w._written) > 5
+    wide = w.commit()
+    assert wide is not None, "expected to take over 1 ms: on the thread"
+    wide.result(5)
+    w.close()
 
 
 def test_a_failed_fsync_in_place_under_batch_is_an_error(tmp_path: Path, failing: FailingOs) -> None:
@@ -192,17 +207,21 @@ def test_a_failed_fsync_in_place_under_batch_is_an_error(tmp_path: Path, failing
 def test_a_pass_in_place_while_the_threads_runs_waits_for_it(tmp_path: Path, failing: FailingOs) -> None:
     """What was appended before a pass in place may be in the thread's pass still: a reply that
     reflects it (a read after a timer's write) must wait for that pass too."""
+    import threading
+
+    gate = threading.Event()
+    real = failing.fdatasync
+    failing.fdatasync = lambda fd: (threading.current_thread().name != "wal-syncer" or gate.wait(5), real(fd))
     w = Wal(tmp_path, set(range(4)), 4, fsync="batch")
-    failing.delay = 0.3
-    w.fsync_seconds = 0.01  # the disk has been slow: this pass goes to the thread
+    w.fsync_seconds = 0.01  # the disk has been slow: this pass goes to the thread, which hangs
     w.append(commit(("o", "g"), 1))
     earlier = w.commit()
     assert earlier is not None
-    failing.delay = 0.0
     w.fsync_seconds = 0.0  # fast again: the next pass runs in place ...
     w.append(commit(("o", "h"), 2))
     later = w.commit()
     assert later is not None and not later.done(), "... and answers once the thread's pass is durable"
+    gate.set()
     later.result(5)
     assert earlier.done()
     assert w.commit() is None, "nothing running: durable at once"
