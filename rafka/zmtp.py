@@ -35,6 +35,7 @@ GREETING = b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\0")
 MORE, LONG, COMMAND = 1, 2, 4
 MAX_FRAME = 1 << 31  # a peer announcing more is broken or hostile: the connection is closed
 HANDSHAKE_IVL = 30.0  # seconds a peer has to complete its handshake (libzmq's ZMQ_HANDSHAKE_IVL)
+CONNECT_TIMEOUT = 5.0  # seconds a dealer waits for a TCP connection before trying again
 # the socket types each role accepts as its peer (ZMTP 3's compatibility table)
 PEERS = {b"ROUTER": (b"DEALER", b"REQ", b"ROUTER"), b"DEALER": (b"ROUTER", b"REP", b"DEALER")}
 
@@ -137,6 +138,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self._buf = bytearray()  # a message half received goes with the connection
+        self._frames = []
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
             self._handshake_timer = None
@@ -369,10 +372,10 @@ class Dealer:
             try:
                 if kind == "ipc":
                     await loop.create_unix_connection(factory, where)  # type: ignore[arg-type]
-                else:
+                else:  # a host that does not answer is tried again after CONNECT_TIMEOUT, not the OS's minutes
                     host, port = where  # type: ignore[misc]
-                    await loop.create_connection(factory, host, port)
-            except OSError:
+                    await asyncio.wait_for(loop.create_connection(factory, host, port), CONNECT_TIMEOUT)
+            except (OSError, TimeoutError):
                 await asyncio.sleep(self._reconnect_ivl)
                 continue
             await lost.wait()

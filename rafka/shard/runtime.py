@@ -340,7 +340,7 @@ class ShardRuntime:
             log.error("dropping a bad rail message: %s", exc)
             return
         for env in batch:
-            if not isinstance(env, list) or len(env) != 5:
+            if not isinstance(env, list) or len(env) != 5 or type(env[0]) is not int or type(env[1]) is not int:
                 log.error("dropping a bad envelope")
                 continue
             self.handle(ident, env)

@@ -167,6 +167,27 @@ def test_a_stopping_shard_sends_the_replies_its_last_fsync_made_durable(tmp_path
     asyncio.run(main())
 
 
+def test_an_envelope_with_a_bad_id_or_op_is_dropped_and_the_rest_of_its_batch_served(
+        monkeypatch: Any, caplog: Any) -> None:
+    _one_metrics(monkeypatch)
+
+    async def main() -> None:
+        state = _State()
+        state.durable.set_result(None)
+        runtime = ShardRuntime(0, "inproc://unused", lambda _rt: state)  # type: ignore[arg-type,return-value]
+        sock = _Router()
+        runtime._router = sock  # type: ignore[assignment]
+        runtime._handle_message(b"gw", pack([[1, int(Op.PRODUCE), "org", None, "a"], [2, [1], "org", None, "b"],
+                                              ["x", int(Op.PRODUCE), "org", None, "c"],
+                                              [3, int(Op.PRODUCE), "org", None, "d"]]))
+        await asyncio.sleep(0.05)
+        assert [env[0] for env in sock.sent] == [1, 3]
+
+    with caplog.at_level("ERROR", logger="rafka.shard"):
+        asyncio.run(main())
+    assert [r.getMessage() for r in caplog.records].count("dropping a bad envelope") == 2
+
+
 def test_an_op_too_large_for_one_log_entry_is_refused_and_the_shard_serves_on(tmp_path: Any, monkeypatch: Any) -> None:
     """An OffsetCommit listing one partition thousands of times under a long group id made a
     write-ahead-log entry recovery cannot read (over 256 MiB from a 210 KB request): the shard
