@@ -215,16 +215,17 @@ class Stream:
         segment at its first invalid batch: a torn write is cut with a warning. When good entries
         follow the bad one, the bytes are damage on disk, not a torn write: they are kept aside
         (``<segment>.damaged-at-<byte>``, which recovery never reads) with an error line, for an operator."""
-        size = seg.stat().st_size
+        with open(seg, "rb") as f:
+            f.seek(good)
+            tail = f.read()
+        cut = len(tail.rstrip(b"\0"))  # the zeros after it were allocated ahead, not written
         if damaged:
             aside = seg.with_name(f"{seg.name}.damaged-at-{good}")
-            with open(seg, "rb") as f:
-                f.seek(good)
-                aside.write_bytes(f.read())
+            aside.write_bytes(tail)
             log.error("%s: %s at byte %d, followed by intact entries: damage on disk, not a torn write; "
-                      "the %d bytes from there are dropped (kept in %s)", seg, why, good, size - good, aside.name)
+                      "the %d bytes from there are dropped (kept in %s)", seg, why, good, cut, aside.name)
         else:
-            log.warning("%s: %s at byte %d; truncating %d bytes of torn tail", seg, why, good, size - good)
+            log.warning("%s: %s at byte %d; truncating %d bytes of torn tail", seg, why, good, cut)
         with open(seg, "r+b") as f:
             f.truncate(good)
             os.fsync(f.fileno())
