@@ -209,13 +209,18 @@ def test_a_peer_that_breaks_the_protocol_is_disconnected(tmp_path: Path, caplog:
     assert any("closing a rail connection" in r.getMessage() for r in caplog.records), name
 
 
+async def _router_and_raw_peer(path: Path) -> tuple[zmtp.Router, asyncio.StreamReader, asyncio.StreamWriter]:
+    router = zmtp.Router(lambda frames: None, lambda: None)
+    await router.bind(f"ipc://{path}")
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    return router, reader, writer
+
+
 def test_a_ping_is_answered_with_a_pong(tmp_path: Path) -> None:
     path = tmp_path / "z.sock"
 
     async def main() -> None:
-        router = zmtp.Router(lambda frames: None, lambda: None)
-        await router.bind(f"ipc://{path}")
-        reader, writer = await asyncio.open_unix_connection(str(path))
+        router, reader, writer = await _router_and_raw_peer(path)
         try:
             writer.write(_greeting() + _ready(b"DEALER") + zmtp.command(b"PING", b"\x00\x0actx"))
             await asyncio.wait_for(reader.readexactly(64 + len(zmtp.ready(b"ROUTER"))), 5)
@@ -273,9 +278,7 @@ def test_a_peer_that_never_completes_its_handshake_is_disconnected(tmp_path: Pat
     path = tmp_path / "z.sock"
 
     async def main() -> None:
-        router = zmtp.Router(lambda frames: None, lambda: None)
-        await router.bind(f"ipc://{path}")
-        reader, writer = await asyncio.open_unix_connection(str(path))
+        router, reader, writer = await _router_and_raw_peer(path)
         try:
             writer.write(_greeting())  # and then nothing
             start = asyncio.get_running_loop().time()
