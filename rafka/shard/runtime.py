@@ -9,8 +9,9 @@ the records to the write-ahead log and replays them into memory — recovery rep
 the same records through the same ``replay`` — and responses are held in an outbox
 that is released only after the log is flushed, once per loop tick, so many ops
 share one flush (group commit). Outboxes leave in the order of their ticks: one
-made durable at once still waits behind an earlier one whose fsync is running. Timers are ``loop.call_later`` callbacks that run
-on the same loop and go through ``apply`` like any handler.
+made durable at once still waits behind an earlier one whose fsync is running.
+Timers are ``loop.call_later`` callbacks that run on the same loop and go through
+``apply`` like any handler.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ class ShardRuntime:
         self._schedule_flush()
 
     def fail(self, why: str) -> None:
-        """The write-ahead log failed: send no reply queued since the last durable point (it could
-        acknowledge what is not stored) and stop, so the shard restarts and replays."""
+        """The write-ahead log failed: send the replies already durable, none queued after them
+        (they could acknowledge what is not stored), and stop, so the shard restarts and replays."""
         log.critical("the write-ahead log failed (%s): stopping the shard so it restarts and replays", why)
         self._send_durable(until_failed=True)  # replies already durable still go: a lost one is retried
         self.failed = True
