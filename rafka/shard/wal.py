@@ -68,6 +68,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import re
 import struct
 import threading
 import time
@@ -124,10 +125,34 @@ def read_entries(path: Path) -> tuple[list[Record], int, str | None, bool]:
         if why is not None:
             if data.count(0, pos) == len(data) - pos:
                 break  # zeros allocated ahead, never written: the end of the data
-            return out, pos, why, pos < end < len(data) and _entry_at(data, end)[2] is None
+            return out, pos, why, _intact_after(data, pos, end)
         out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
         pos = end
     return out, pos, None, False
+
+
+_NON_ZERO = re.compile(rb"[^\x00]")
+_SCAN = 1 << 20  # bytes searched after a bad entry for an intact one
+
+
+def _intact_after(data: bytes, pos: int, end: int) -> bool:
+    """Whether an intact entry follows the bad one at ``pos`` (damage on disk: a write is torn
+    only at the end). It is looked for where the bad entry says it ends, then at every byte of
+    the next ``_SCAN`` (a zeroed page or a damaged length field hides where the next one starts;
+    zero runs are skipped, and an entry's header starts at most 3 bytes before a non-zero byte)."""
+    if pos < end < len(data) and _entry_at(data, end)[2] is None:
+        return True
+    at, stop = pos + 1, min(len(data), pos + _SCAN)
+    while at < stop:
+        if data[at] == 0:
+            found = _NON_ZERO.search(data, at, stop)
+            if found is None:
+                return False
+            at = max(at, found.start() - 3)
+        if _entry_at(data, at)[2] is None:
+            return True
+        at += 1
+    return False
 
 
 def _entry_at(data: bytes, pos: int) -> tuple[Any, int, str | None]:

@@ -126,3 +126,35 @@ def test_appends_go_on_where_space_cannot_be_allocated_ahead(tmp_path: Path, mon
     w2, offsets = recovered(tmp_path)
     assert offsets == list(range(50))
     w2.close()
+
+
+@pytest.mark.parametrize("damage", ["zeroed page", "length field"])
+def test_damage_that_hides_where_the_next_entry_starts_is_still_told_from_a_torn_write(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    """A zeroed page, or a damaged length field, in the middle of the active segment: intact
+    entries follow, so it is damage on disk (an error line, the bytes kept aside), not a torn
+    write, though the bad entry does not say where the next one starts."""
+    w = Wal(tmp_path, set(range(4)), 4, fsync="always")
+    for n in range(100):
+        w.append(commit(n))
+        w.commit()
+    [stream] = w.streams.values()
+    [seg] = segments(tmp_path)
+    size = stream.size
+    w.close()
+    data = bytearray(seg.read_bytes())
+    if damage == "zeroed page":
+        data[4096:8192] = bytes(4096)
+    else:
+        at = 0
+        for _ in range(40):  # the 41st entry's length field
+            at += 8 + int.from_bytes(data[at:at + 4], "big")
+        data[at:at + 4] = (1 << 30).to_bytes(4, "big")
+    seg.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="rafka"):
+        after, offsets = recovered(tmp_path)
+    after.close()
+    assert offsets == list(range(len(offsets))) and len(offsets) < 100
+    assert any("damage on disk" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+    [aside] = list(tmp_path.rglob("*.damaged-at-*"))
+    assert aside.stat().st_size == size - seg.stat().st_size
