@@ -14,8 +14,9 @@ exchanges frames: a flags byte (MORE 1, LONG 2, COMMAND 4), a size (1 byte, or 8
 when LONG) and the body. A message is frames up to one without MORE. Commands after
 the handshake: PING is answered with PONG (ZMTP 3.1 heartbeats), ERROR closes, the
 rest are ignored. Nothing is queued for a peer that is not connected
-(``ZMQ_IMMEDIATE``), and what a connection had not written when it drops is lost
-with it, as with libzmq; the rail's pings and incarnations handle both.
+(``ZMQ_IMMEDIATE``), a peer that leaves ``MAX_BUFFERED`` bytes unread is dropped,
+and what a connection had not written when it drops is lost with it, as with
+libzmq; the rail's pings and incarnations handle all three.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ MORE, LONG, COMMAND = 1, 2, 4
 MAX_FRAME = 1 << 31  # a peer announcing more is broken or hostile: the connection is closed
 HANDSHAKE_IVL = 30.0  # seconds a peer has to complete its handshake (libzmq's ZMQ_HANDSHAKE_IVL)
 CONNECT_TIMEOUT = 5.0  # seconds a dealer waits for a TCP connection before trying again
+MAX_BUFFERED = 512 << 20  # bytes written to a peer and not yet taken by it: past this it is stuck, and dropped
 # the socket types each role accepts as its peer (ZMTP 3's compatibility table)
 PEERS = {b"ROUTER": (b"DEALER", b"REQ", b"ROUTER"), b"DEALER": (b"ROUTER", b"REP", b"DEALER")}
 
@@ -169,15 +171,18 @@ class Connection(asyncio.Protocol):
         if transport is None:
             return
         last = len(frames) - 1
-        if last == 0:  # the rail's usual case: one write
+        if last == 0:  # the rail's usual case
             body = frames[0]
             transport.write(frame(body) + body)
-            return
-        parts: list[bytes] = []
-        for i, body in enumerate(frames):
-            parts.append(frame(body, MORE if i < last else 0))
-            parts.append(body)
-        transport.write(b"".join(parts))
+        else:
+            parts: list[bytes] = []
+            for i, body in enumerate(frames):
+                parts.append(frame(body, MORE if i < last else 0))
+                parts.append(body)
+            transport.write(b"".join(parts))
+        if transport.get_write_buffer_size() > MAX_BUFFERED:  # a peer that stopped reading: not held in memory
+            self._on_error(f"the peer left more than {MAX_BUFFERED >> 20} MiB unread")
+            transport.abort()
 
     def close(self) -> None:
         if self.transport is not None:

@@ -385,3 +385,29 @@ def test_an_abstract_ipc_endpoint(tmp_path: Path) -> None:
             router.close()
 
     _run(main)
+
+
+def test_a_peer_that_stops_reading_is_dropped_not_buffered_without_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(zmtp, "MAX_BUFFERED", 1 << 20)
+    path = tmp_path / "z.sock"
+
+    async def main() -> None:
+        router, _reader, writer = await _router_and_raw_peer(path)
+        try:
+            writer.write(_greeting() + _ready(b"DEALER"))  # then reads nothing
+            await _until(lambda: router._peers)
+            [rid] = router._peers
+            sent = 0
+            while router.send([rid, bytes(100_000)]):
+                sent += 1
+                assert sent < 1000, "still buffering"
+                await asyncio.sleep(0)
+            assert not router._peers, "the stuck peer is dropped"
+        finally:
+            writer.close()
+            router.close()
+
+    with caplog.at_level("WARNING", logger="rafka.zmtp"):
+        _run(main)
+    assert any("unread" in r.getMessage() for r in caplog.records)
