@@ -205,6 +205,11 @@ class Connection(asyncio.Protocol):
                 raise ZmtpError(f"unsupported security mechanism {mechanism!r}")
             self._greeted = True
             pos = 64
+        with memoryview(buf) as view:  # released before the caller trims the buffer
+            return self._frames_in(buf, view, pos, end)
+
+    def _frames_in(self, buf: bytearray, view: memoryview, pos: int, end: int) -> int:
+        """Handle the complete frames in ``buf[pos:end]`` (``view`` over it); where they stop."""
         while pos < end:
             flags = buf[pos]
             if flags & LONG:
@@ -221,8 +226,7 @@ class Connection(asyncio.Protocol):
                 start = pos + 2
             if end - start < size:
                 break
-            with memoryview(buf) as view:  # one copy, and no export left to block the buffer's trim
-                body = bytes(view[start:start + size])
+            body = bytes(view[start:start + size])  # one copy
             pos = start + size
             if flags & COMMAND:
                 self._command(body)
@@ -352,7 +356,7 @@ class Dealer:
         self._latest: Connection | None = None  # the connection being made or used
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self._failing = False  # a connection failed its handshake: said once until one succeeds
+        self._failing = False  # a connection failed: said once until one completes its handshake
 
     @property
     def connected(self) -> bool:
@@ -395,11 +399,11 @@ class Dealer:
                 self._on_disconnected()
 
         conn = Connection(b"DEALER", self._ready, lambda _c, frames: self._on_message(frames), lambda: None, on_lost,
-                          self._handshake_failed)
+                          self._connection_failed)
         self._latest = conn
         return conn
 
-    def _handshake_failed(self, why: str) -> None:
+    def _connection_failed(self, why: str) -> None:
         if not self._failing:  # retried every reconnect interval: said once until one succeeds
             self._failing = True
             log.warning("closing the rail connection to %s (retrying quietly): %s", self.endpoint, why)

@@ -78,10 +78,10 @@ class _Shard:
         "ups",
     )
 
-    def __init__(self, index: int, endpoint: str, dealer: Dealer) -> None:
+    def __init__(self, index: int, endpoint: str) -> None:
         self.index = index
         self.endpoint = endpoint
-        self.dealer = dealer
+        self.dealer: Dealer  # set by the router, whose callbacks it calls
         self.pending: dict[int, tuple[asyncio.Future[Any], float, int]] = {}  # rid → (future, sent at, op)
         self.outbox: list[list[Any]] = []
         self.alive = False
@@ -105,10 +105,12 @@ class ShardRouter:
         self.give_up_after = give_up_after
         self._ids = itertools.count(1)
         self._flush_scheduled = False
-        # a dealer queues nothing while it has no connection: what was sent to a dead process is
-        # dropped with it, never delivered to the next one after the caller was told it failed
-        self._shards = [_Shard(i, ep, Dealer(ep, self._on_reply_for(i), self._on_connected_for(i),
-                                             self._on_disconnected_for(i))) for i, ep in enumerate(endpoints)]
+        self._shards = [_Shard(i, ep) for i, ep in enumerate(endpoints)]
+        for s in self._shards:
+            # a dealer queues nothing while it has no connection: what was sent to a dead process is
+            # dropped with it, never delivered to the next one after the caller was told it failed
+            s.dealer = Dealer(s.endpoint, lambda frames, s=s: self._on_reply(s, frames[-1]),
+                              lambda s=s: self._ping(s, time.monotonic()), lambda s=s: self._on_disconnected(s))
         self._pinger: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self._ping_ids = itertools.count(1)
@@ -227,23 +229,15 @@ class ShardRouter:
             else:
                 fut.set_exception(ShardFailed(f"shard {s.index} failed the op: {payload}"))
 
-    # A shard process that dies drops its end of the connection at once: what it had fails then
-    # (as a Kafka client sees its coordinator's connection close), not after ``dead_after``. A new
-    # connection is pinged at once, so a restarted shard is back without waiting.
-    def _on_reply_for(self, index: int) -> Any:
-        return lambda frames: self._on_reply(self._shards[index], frames[-1])
-
-    def _on_connected_for(self, index: int) -> Any:
-        return lambda: self._ping(self._shards[index], time.monotonic())
-
-    def _on_disconnected_for(self, index: int) -> Any:
-        def disconnected() -> None:
-            s = self._shards[index]
-            s.dropped_at = time.monotonic()
-            if s.alive:
-                log.error("shard %d at %s disconnected: marking it down", s.index, s.endpoint)
-                self._mark_down(s, f"shard {s.index} disconnected", keep=WAIT_OUT_STALL)
-        return disconnected
+    def _on_disconnected(self, s: _Shard) -> None:
+        """A shard process that dies drops its end of the connection at once: what it had fails now
+        (as a Kafka client sees its coordinator's connection close), not after ``dead_after``. A new
+        connection is pinged at once (the dealer's other callback), so a restarted shard is back
+        without waiting."""
+        s.dropped_at = time.monotonic()
+        if s.alive:
+            log.error("shard %d at %s disconnected: marking it down", s.index, s.endpoint)
+            self._mark_down(s, f"shard {s.index} disconnected", keep=WAIT_OUT_STALL)
 
     def _on_pong(self, s: _Shard, ping_id: int, payload: Any) -> None:
         sent_at = s.ping_sent.pop(ping_id, None)
@@ -256,13 +250,9 @@ class ShardRouter:
             return
         s.refused = None
         if s.incarnation is not None and incarnation != s.incarnation and sent_at is not None:
-            lost = [rid for rid, (_f, t, _op) in s.pending.items() if t < sent_at]
+            lost = self._fail_pending(s, ShardUnavailable(f"shard {s.index} restarted"), sent_before=sent_at)
             if lost:
-                log.warning("shard %d restarted; failing %d requests sent to the old process", s.index, len(lost))
-            for rid in lost:
-                fut = s.pending.pop(rid)[0]
-                if not fut.done():
-                    fut.set_exception(ShardUnavailable(f"shard {s.index} restarted"))
+                log.warning("shard %d restarted; failing %d requests sent to the old process", s.index, lost)
         if not s.alive:
             log.info("shard %d at %s is up (incarnation %s)", s.index, s.endpoint, incarnation)
         if not s.alive or incarnation != s.incarnation:
@@ -301,26 +291,17 @@ class ShardRouter:
 
         gateway_metrics().shard_up.labels(str(s.index)).set(1 if s.alive else 0)
 
-    def _fail_pending(self, s: _Shard, exc: Exception, keep: frozenset[int] = frozenset()) -> None:
-        """Fail the calls pending on ``s``, except those of the ops in ``keep``."""
-        failed = [rid for rid, (_f, _t, op) in s.pending.items() if op not in keep]
+    def _fail_pending(self, s: _Shard, exc: Exception, keep: frozenset[int] = frozenset(),
+                      sent_before: float = float("inf")) -> int:
+        """Fail the calls pending on ``s`` sent before ``sent_before``, except those of the ops in
+        ``keep``; how many."""
+        failed = [rid for rid, (_f, t, op) in s.pending.items() if op not in keep and t < sent_before]
         for rid in failed:
             fut = s.pending.pop(rid)[0]
             if not fut.done():
                 fut.set_exception(exc)
                 fut.exception()  # a caller gone meanwhile is no "never retrieved" error: the cause is logged
-
-    def _fail_sent_before(self, s: _Shard, dropped_at: float) -> None:
-        """Fail the calls sent on a connection that dropped: no reply to them can come."""
-        lost = [rid for rid, (_f, t, _op) in s.pending.items() if t < dropped_at]
-        if lost:
-            log.error("shard %d at %s: failing %d requests whose connection dropped %.0fs ago", s.index, s.endpoint,
-                      len(lost), self.give_up_after)
-        for rid in lost:
-            fut = s.pending.pop(rid)[0]
-            if not fut.done():
-                fut.set_exception(ShardUnavailable(f"the connection to shard {s.index} dropped"))
-                fut.exception()
+        return len(failed)
 
     def _ping(self, s: _Shard, now: float) -> None:
         """Send ``s`` a ping (dropped while it has no connection)."""
@@ -344,7 +325,12 @@ class ShardRouter:
                               s.endpoint, self.give_up_after, len(s.pending))
                     self._fail_pending(s, ShardUnavailable(f"shard {s.index} is down"))
                 if s.dropped_at is not None and now - s.dropped_at > self.give_up_after:
-                    self._fail_sent_before(s, s.dropped_at)
+                    # sent on a connection that dropped: no reply to them can come
+                    lost = self._fail_pending(s, ShardUnavailable(f"the connection to shard {s.index} dropped"),
+                                              sent_before=s.dropped_at)
+                    if lost:
+                        log.error("shard %d at %s: failing %d requests whose connection dropped %.0fs ago", s.index,
+                                  s.endpoint, lost, self.give_up_after)
                     s.dropped_at = None
                 self._ping(s, now)
             await asyncio.sleep(self.ping_interval)

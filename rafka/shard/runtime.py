@@ -183,14 +183,13 @@ class ShardRuntime:
             return
         if durable is None and not self._outbox:
             return
-        outbox, self._outbox = self._outbox, defaultdict(list)
-        if durable is None and not self._unsent:
-            self._send(outbox)
-            return
         # held until durable, and watched even with no replies (a timer's records): a failed
         # fsync stops the shard whoever wrote what it could not make durable
-        self._unsent.append((durable, outbox))
-        if durable is not None:
+        self._unsent.append((durable, self._outbox))
+        self._outbox = defaultdict(list)
+        if durable is None:
+            self._send_durable()  # now, unless an earlier outbox still waits
+        else:
             loop = asyncio.get_running_loop()
             durable.add_done_callback(lambda _f: loop.call_soon_threadsafe(self._send_durable))
 

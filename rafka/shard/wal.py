@@ -18,8 +18,9 @@ the file (page cache), into space allocated ahead in chunks (``posix_fallocate``
 an eighth of the segment so far, 64 KiB to 4 MiB): an fsync that must also record
 a new file size costs a journal commit more (measured here: 215 µs against 140 µs
 per fdatasync). The unused zeros after the last entry are the end of the segment's
-data; a segment is cut to its data when it rolls or closes. ``commit()`` makes everything appended so far durable under
-the fsync policy and returns a future to wait on (or None when nothing waits):
+data; a segment is cut to its data when it rolls or closes. ``commit()`` makes
+everything appended so far durable under the fsync policy and returns a future to
+wait on (or None when nothing waits):
 
 A directory that gained an entry (a new segment file, a new stream directory) is fsynced
 in the same pass as the entries in it, so a power loss cannot take the file away.
@@ -47,10 +48,10 @@ bad checksum) is truncated at the last good entry with a log line, as Kafka's
 recovery truncates at a segment's first invalid batch (skipping one entry could
 replay a later one whose meaning depends on it: a batch onto a log it replaced, a
 commit marker over an abort). When good entries follow the bad one, the cut bytes
-are damage on disk and are kept aside in ``<segment>.damaged-at-<byte>`` with an error line.
-Damage inside a sealed segment (fsynced whole when it rolled) loses the rest of
-that segment only: the later segments hold acknowledged records and are replayed (a partition
-log then has a gap of offsets, as a compacted Kafka log does). Meta streams
+are damage on disk and are kept aside in ``<segment>.damaged-at-<byte>`` with an
+error line. Damage inside a sealed segment (fsynced whole when it rolled) loses the
+rest of that segment only: the later segments hold acknowledged records and are
+replayed (a partition log then has a gap of offsets, as a compacted Kafka log does). Meta streams
 roll at ``segment_bytes``; sealed segments are compacted in the background by key
 (the last value of each (type, key) survives, order kept, and deleted keys go
 altogether), so recovery time and disk are bounded by live state, not history.

@@ -52,14 +52,20 @@ class _Router:
         return True
 
 
+def _runtime(state: Any) -> tuple[ShardRuntime, _Router]:
+    """A runtime over ``state`` whose replies go to a stand-in router."""
+    runtime = ShardRuntime(0, "inproc://unused", lambda _rt: state)
+    sock = _Router()
+    runtime._router = sock  # type: ignore[assignment]
+    return runtime, sock
+
+
 def test_a_pong_leaves_after_the_replies_before_it_once_they_are_durable(monkeypatch: Any) -> None:
     _one_metrics(monkeypatch)
 
     async def main() -> None:
         state = _State()
-        runtime = ShardRuntime(0, "inproc://unused", lambda _rt: state)  # type: ignore[arg-type,return-value]
-        sock = _Router()
-        runtime._router = sock  # type: ignore[assignment]
+        runtime, sock = _runtime(state)
         runtime.handle(b"gw", [7, int(Op.PRODUCE), "org", None, "batch"])
         runtime.handle(b"gw", [-1, int(Op.PING), "", None, {"layout": None, "sent": 1.5}])
         await asyncio.sleep(0.05)
@@ -89,9 +95,7 @@ def test_replies_durable_at_once_wait_behind_earlier_ones_whose_fsync_runs(monke
 
     async def main() -> None:
         state = _States()
-        runtime = ShardRuntime(0, "inproc://unused", lambda _rt: state)  # type: ignore[arg-type,return-value]
-        sock = _Router()
-        runtime._router = sock  # type: ignore[assignment]
+        runtime, sock = _runtime(state)
         runtime.handle(b"gw", [7, int(Op.PRODUCE), "org", None, "first"])
         await asyncio.sleep(0.05)
         runtime.handle(b"gw", [8, int(Op.PRODUCE), "org", None, "second"])
@@ -112,8 +116,7 @@ def test_a_failed_fsync_of_records_no_reply_waits_for_stops_the_shard(monkeypatc
 
     async def main() -> None:
         state = _State()
-        runtime = ShardRuntime(0, "inproc://unused", lambda _rt: state)  # type: ignore[arg-type,return-value]
-        runtime._router = _Router()  # type: ignore[assignment]
+        runtime, _sock = _runtime(state)
         runtime.run_timer("session-expiry", lambda _now: [])
         await asyncio.sleep(0.05)
         assert not runtime.failed
@@ -174,9 +177,7 @@ def test_an_envelope_with_a_bad_id_or_op_is_dropped_and_the_rest_of_its_batch_se
     async def main() -> None:
         state = _State()
         state.durable.set_result(None)
-        runtime = ShardRuntime(0, "inproc://unused", lambda _rt: state)  # type: ignore[arg-type,return-value]
-        sock = _Router()
-        runtime._router = sock  # type: ignore[assignment]
+        runtime, sock = _runtime(state)
         runtime._handle_message(b"gw", pack([[1, int(Op.PRODUCE), "org", None, "a"], [2, [1], "org", None, "b"],
                                               ["x", int(Op.PRODUCE), "org", None, "c"],
                                               [3, int(Op.PRODUCE), "org", None, "d"]]))

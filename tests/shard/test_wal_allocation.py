@@ -33,6 +33,15 @@ def segments(path: Path) -> list[Path]:
     return sorted(path.rglob("*.wal"))
 
 
+def committed(path: Path, count: int) -> Wal:
+    """A log (``always``) with ``count`` commits, each fsynced on its own."""
+    w = Wal(path, set(range(4)), 4, fsync="always")
+    for n in range(count):
+        w.append(commit(n))
+        w.commit()
+    return w
+
+
 def test_appends_fill_space_allocated_ahead_without_changing_the_length_on_disk(tmp_path: Path) -> None:
     w = Wal(tmp_path, set(range(4)), 4, fsync="always")
     w.append(commit(0))
@@ -53,10 +62,7 @@ def test_appends_fill_space_allocated_ahead_without_changing_the_length_on_disk(
 
 def test_a_crash_leaves_zeros_that_recovery_reads_as_the_end_and_appends_resume_after_the_entries(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    w = Wal(tmp_path, set(range(4)), 4, fsync="always")
-    for n in range(10):
-        w.append(commit(n))
-        w.commit()
+    _dead = committed(tmp_path, 10)
     # the process dies: nothing is closed, the zeros allocated ahead stay on disk
     with caplog.at_level(logging.WARNING, logger="rafka"):
         again, offsets = recovered(tmp_path)
@@ -72,10 +78,7 @@ def test_a_crash_leaves_zeros_that_recovery_reads_as_the_end_and_appends_resume_
 
 
 def test_a_torn_entry_before_the_zeros_is_a_torn_tail(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    w = Wal(tmp_path, set(range(4)), 4, fsync="always")
-    for n in range(3):
-        w.append(commit(n))
-        w.commit()
+    w = committed(tmp_path, 3)
     [stream] = w.streams.values()
     [seg] = segments(tmp_path)
     with open(seg, "r+b") as f:  # the last entry only half written when the power went
@@ -134,10 +137,7 @@ def test_damage_that_hides_where_the_next_entry_starts_is_still_told_from_a_torn
     """A zeroed page, or a damaged length field, in the middle of the active segment: intact
     entries follow, so it is damage on disk (an error line, the bytes kept aside), not a torn
     write, though the bad entry does not say where the next one starts."""
-    w = Wal(tmp_path, set(range(4)), 4, fsync="always")
-    for n in range(100):
-        w.append(commit(n))
-        w.commit()
+    w = committed(tmp_path, 100)
     [stream] = w.streams.values()
     [seg] = segments(tmp_path)
     size = stream.size
