@@ -30,6 +30,7 @@ class Config:
     max_request_bytes: int = 100 * 1024 * 1024
     max_inflight_per_connection: int = 1024
     reuse_port: bool = False
+    idle_poll_us: int = 500  # how long a process polls after receiving bytes before it sleeps (0: never)
     log_level: str = "INFO"
     config: str | None = None  # a TOML file with any of these options (flags and env override it)
     # security and limits
@@ -156,6 +157,8 @@ def problems(cfg: Config) -> list[str]:
              for name in POSITIVE if getattr(cfg, name) <= 0]
     if cfg.coordinator_partitions > 1024:  # producer ids carry the partition in 10 bits
         found.append(f"--coordinator-partitions must be at most 1024, not {cfg.coordinator_partitions}")
+    if cfg.idle_poll_us < 0:
+        found.append(f"--idle-poll-us must be 0 or more, not {cfg.idle_poll_us}")
     if cfg.fsync not in ("always", "batch", "never"):
         found.append(f"--fsync must be always, batch or never, not {cfg.fsync!r}")
     return found

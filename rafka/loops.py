@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Coroutine
+from time import perf_counter as _clock
 from typing import Any
 
 
@@ -49,7 +51,6 @@ def die_with_parent() -> None:
     """Ask the kernel to SIGKILL this process when its parent (the supervisor) dies."""
     try:
         import ctypes
-        import os
         import signal
 
         libc = ctypes.CDLL(None)
@@ -60,4 +61,53 @@ def die_with_parent() -> None:
         pass
 
 
-__all__ = ["asyncio", "die_with_parent", "run", "set_process_name", "tune_gc"]
+class IdlePoll:
+    """Keep a process's loop polling for a while after activity, instead of sleeping.
+
+    How this works: a process that sleeps in epoll is woken by the kernel when a
+    message arrives, and on this machine's virtual CPUs that wake-up costs about 30 µs
+    (a ping-pong between two processes: 66–78 µs blocking, 5 µs polling). A
+    synchronous commit crosses four such wake-ups (client → gateway → shard → gateway
+    → client). ``kick()``, called where a process receives bytes, starts a callback
+    that re-queues itself with ``call_soon`` until ``budget`` has passed without
+    another kick: while it is queued the loop polls epoll without sleeping, so the
+    reply or next request is read as soon as it lands. Each round calls
+    ``sched_yield`` so a polling process gives its CPU to any runnable one on the
+    same CPU (a client, the other process). Seastar's reactor, under Redpanda, does
+    the same (``--idle-poll-time-us``). Budget 0 turns it off; with one usable CPU it
+    is off, as polling can only delay whoever would produce the next message.
+    """
+
+    def __init__(self) -> None:
+        self.budget = 0.0  # seconds
+        self._last = 0.0
+        self._polling = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def configure(self, budget_us: int) -> None:
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self.budget = budget_us / 1e6 if usable > 1 else 0.0
+
+    def kick(self) -> None:
+        """Bytes arrived: poll for ``budget`` from now."""
+        if not self.budget:
+            return
+        self._last = _clock()
+        if not self._polling:
+            self._polling = True
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._poll)
+
+    def _poll(self) -> None:
+        if _clock() - self._last < self.budget:
+            os.sched_yield()
+            self._loop.call_soon(self._poll)  # type: ignore[union-attr]
+        else:
+            self._polling = False
+
+
+idle_poll = IdlePoll()
+"""This process's idle polling, configured at start from ``--idle-poll-us``."""
+
+__all__ = ["IdlePoll", "asyncio", "die_with_parent", "idle_poll", "run", "set_process_name", "tune_gc"]

@@ -30,6 +30,8 @@ import os
 import struct
 from collections.abc import Callable
 
+from rafka.loops import idle_poll
+
 log = logging.getLogger("rafka.zmtp")
 
 GREETING = b"\xff" + bytes(8) + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\0") + b"\x00" + bytes(31)
@@ -148,6 +150,7 @@ class Connection(asyncio.Protocol):
         self._on_lost(self)
 
     def data_received(self, data: bytes) -> None:
+        idle_poll.kick()
         buf = self._buf
         buf += data
         try:

@@ -11,6 +11,7 @@ from rafka.cli import main
     (["--log-retention-check-interval-ms", "0"], "--log-retention-check-interval-ms must be positive, not 0"),
     (["--shards", "-1"], "--shards must be positive, not -1"),
     (["--fsync", "sometimes"], "--fsync must be always, batch or never, not 'sometimes'"),
+    (["--idle-poll-us", "-1"], "--idle-poll-us must be 0 or more, not -1"),
 ])
 @pytest.mark.parametrize("command", [["serve"], ["gateway"], ["shard", "--id", "0"]])
 def test_a_bad_setting_exits_2_with_the_flag_named(command: list[str], argv: list[str], message: str,

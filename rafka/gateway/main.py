@@ -43,4 +43,5 @@ def main(cfg: Config, standalone_metrics: bool) -> None:
         from rafka.metrics_http import serve_metrics
 
         serve_metrics(cfg.metrics_port, cfg.host)
+    loops.idle_poll.configure(cfg.idle_poll_us)
     loops.run(serve(cfg))

@@ -55,6 +55,7 @@ from rafka.gateway.api import REGISTRY, RequestContext
 from rafka.gateway.inline import InlineRequest
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
+from rafka.loops import idle_poll
 from rafka.protocol import codec, fastread, fastwrite
 from rafka.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
 
@@ -310,6 +311,7 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        idle_poll.kick()
         self.last_active = time.monotonic()
         try:
             frames = self.decoder.feed(data)
