@@ -74,8 +74,9 @@ class IdlePoll:
     reply or next request is read as soon as it lands. Each round calls
     ``sched_yield`` so a polling process gives its CPU to any runnable one on the
     same CPU (a client, the other process). Seastar's reactor, under Redpanda, does
-    the same (``--idle-poll-time-us``). Budget 0 turns it off; with one usable CPU it
-    is off, as polling can only delay whoever would produce the next message.
+    the same (``--idle-poll-time-us``). Budget 0 turns it off; with one usable CPU or
+    less (affinity, or a container's CPU quota) it is off, as polling there can only
+    delay whoever would produce the next message, or spend the quota.
     """
 
     def __init__(self) -> None:
@@ -85,8 +86,7 @@ class IdlePoll:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def configure(self, budget_us: int) -> None:
-        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        self.budget = budget_us / 1e6 if usable > 1 else 0.0
+        self.budget = budget_us / 1e6 if usable_cpus() > 1 else 0.0
 
     def kick(self) -> None:
         """Bytes arrived: poll for ``budget`` from now."""
@@ -95,8 +95,7 @@ class IdlePoll:
         self._last = _clock()
         if not self._polling:
             self._polling = True
-            if self._loop is None:
-                self._loop = asyncio.get_running_loop()
+            self._loop = asyncio.get_running_loop()
             self._loop.call_soon(self._poll)
 
     def _poll(self) -> None:
@@ -107,7 +106,38 @@ class IdlePoll:
             self._polling = False
 
 
+def usable_cpus() -> float:
+    """The CPUs this process may use: its affinity, capped by a cgroup CPU quota (a container's
+    ``--cpus``)."""
+    cpus: float = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    return cpus if quota is None else min(cpus, quota)
+
+
+def _cgroup_cpu_quota() -> float | None:
+    """The cgroup's CPU quota in CPUs (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over
+    ``cpu.cfs_period_us``), or None when there is none."""
+    v2 = _read("/sys/fs/cgroup/cpu.max")
+    if v2 is not None:
+        quota, _, period = v2.strip().partition(" ")
+    else:
+        quota = (_read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") or "-1").strip()
+        period = (_read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") or "100000").strip()
+    try:
+        return None if quota in ("max", "-1") else float(quota) / float(period)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 idle_poll = IdlePoll()
 """This process's idle polling, configured at start from ``--idle-poll-us``."""
 
-__all__ = ["IdlePoll", "asyncio", "die_with_parent", "idle_poll", "run", "set_process_name", "tune_gc"]
+__all__ = ["IdlePoll", "asyncio", "die_with_parent", "idle_poll", "run", "set_process_name", "tune_gc", "usable_cpus"]

@@ -7,17 +7,36 @@ import os
 
 import pytest
 
+from rafka import loops
 from rafka.loops import IdlePoll
 
 
 def test_budget_is_off_with_one_usable_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     poll = IdlePoll()
+    monkeypatch.setattr(loops, "_read", lambda _path: None)  # no cgroup quota
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
     poll.configure(500)
     assert poll.budget == pytest.approx(0.0005)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {3})
     poll.configure(500)
     assert poll.budget == 0.0
+
+
+@pytest.mark.parametrize(("files", "cpus"), [
+    ({"/sys/fs/cgroup/cpu.max": "max 100000\n"}, 4),
+    ({"/sys/fs/cgroup/cpu.max": "50000 100000\n"}, 0.5),  # docker --cpus 0.5 (cgroup v2)
+    ({"/sys/fs/cgroup/cpu.max": "300000 100000\n"}, 3),
+    ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "100000\n", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, 1),
+    ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n"}, 4),  # cgroup v1, no quota
+    ({}, 4),
+])
+def test_usable_cpus_counts_a_cgroup_quota(monkeypatch: pytest.MonkeyPatch, files: dict[str, str], cpus: float) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    monkeypatch.setattr(loops, "_read", files.get)
+    assert loops.usable_cpus() == cpus
+    poll = IdlePoll()
+    poll.configure(500)
+    assert (poll.budget > 0) == (cpus > 1)
 
 
 def _rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
