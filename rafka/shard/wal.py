@@ -97,6 +97,11 @@ META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TO
               RecordType.TXN_METADATA, RecordType.TXN_OFFSET_COMMIT}
 DATA_TYPES = {RecordType.PARTITION_BATCH, RecordType.PARTITION_TRUNCATE, RecordType.PRODUCERS_EXPIRED,
               RecordType.PARTITION_COMPACTED}
+# meta records whose key starts (org_id, group or transactional id): that id's coordinator partition
+_KEYED_BY_GROUP = frozenset({
+    RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.CONSUMER_GROUP_METADATA,
+    RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET, RecordType.TXN_METADATA,
+    RecordType.TXN_OFFSET_COMMIT, RecordType.GROUP_CONFIG})
 
 
 class WalError(Exception):
@@ -303,9 +308,13 @@ class Stream:
     def _write_all(self, data: bytes) -> None:
         """Write the whole entry or nothing: a short write (a full disk) is cut off again and
         raised, so no torn entry sits before later, acknowledged ones."""
-        view = memoryview(data)
         at = self.size
         try:
+            n = os.pwrite(self.fd, data, at)  # type: ignore[arg-type]
+            if n == len(data):
+                return
+            view = memoryview(data)[n:]  # a short write: the rest, or the error that caused it
+            at += n
             while view:
                 n = os.pwrite(self.fd, view, at)  # type: ignore[arg-type]
                 view = view[n:]
@@ -466,18 +475,16 @@ class Wal:
     def stream_key(self, record: Record) -> tuple[Any, ...]:
         k = record.key
         t = record.type
-        if t in (RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.CONSUMER_GROUP_METADATA,
-                 RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET, RecordType.TXN_METADATA,
-                 RecordType.TXN_OFFSET_COMMIT, RecordType.GROUP_CONFIG):
+        if t in _KEYED_BY_GROUP:
             return ("meta", ids.coordinator_partition(k[0], k[1], self.partitions))
+        if t in DATA_TYPES:
+            return ("logs", ids.log_partition(k[0], k[1], int(k[2]), self.partitions), k[0], k[1], int(k[2]))
         if t == RecordType.TOPIC:
             return ("meta", ids.coordinator_partition(k[0], "\0topics", self.partitions))
         if t == RecordType.PRODUCER_STATE:
             return ("meta", ids.coordinator_partition(k[0], ids.PRODUCER_IDS_KEY, self.partitions))
         if t == RecordType.TOPIC_DROPPED:
             return ("meta", int(k[2]))
-        if t in DATA_TYPES:
-            return ("logs", ids.log_partition(k[0], k[1], int(k[2]), self.partitions), k[0], k[1], int(k[2]))
         raise ValueError(f"no WAL stream for record type {t}")
 
     def _stream(self, key: tuple[Any, ...]) -> Stream:
@@ -540,18 +547,27 @@ class Wal:
             raise WalError(str(exc)) from exc
 
     def _append(self, records: list[Record]) -> None:
-        by_stream: dict[tuple[Any, ...], list[Record]] = {}
-        for r in records:
-            by_stream.setdefault(self.stream_key(r), []).append(r)
+        by_stream: dict[tuple[Any, ...], list[Record]]
+        if len(records) == 1:  # most ops: a commit, a produce to one partition
+            by_stream = {self.stream_key(records[0]): records}
+        else:
+            by_stream = {}
+            for r in records:
+                by_stream.setdefault(self.stream_key(r), []).append(r)
         entries = [(key, recs, encode_entry(recs)) for key, recs in by_stream.items()]
         for _key, _recs, entry in entries:  # checked before anything is written
             if len(entry) > MAX_ENTRY:  # recovery would take it for a torn write
                 raise EntryTooLarge(f"an entry of {len(entry)} bytes exceeds the {MAX_ENTRY} a segment may hold")
         for key, recs, entry in entries:
             s = self._stream(key)
+            if not s.data:  # a meta stream: offsets, groups, topics, producers
+                if s.append(recs, entry):
+                    self._compact_async(s)
+                self._written.add(s)
+                continue
             # a compaction starts a segment: what came before it is sealed, so once it is durable the
             # segments it supersedes can go and the stream's files follow the live keys
-            rolled = s.append(recs, entry, roll=any(r.type == RecordType.PARTITION_COMPACTED for r in recs))
+            s.append(recs, entry, roll=any(r.type == RecordType.PARTITION_COMPACTED for r in recs))
             self._written.add(s)
             for r in recs:
                 if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:
@@ -560,8 +576,6 @@ class Wal:
                     self._drops.append((key, s, int(r.value["upto"]), s.seq))
             if s.ends_dropped:
                 self._dropped[key] = (s, s.appends)
-            elif rolled and key[0] == "meta":
-                self._compact_async(s)
 
     def _remove(self, key: tuple[Any, ...], stream: Stream) -> None:
         """Close and delete a data stream whose log was dropped; the next append starts a new one."""
