@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from time import perf_counter as _clock
 from typing import Any
 
@@ -62,67 +62,94 @@ def die_with_parent() -> None:
 
 
 class IdlePoll:
-    """Keep a process's loop polling for a while after activity, instead of sleeping.
+    """Keep a process's loop polling for a while after a message, instead of sleeping.
 
     How this works: a process that sleeps in epoll is woken by the kernel when a
     message arrives, and on this machine's virtual CPUs that wake-up costs about 30 µs
     (a ping-pong between two processes: 66–78 µs blocking, 5 µs polling). A
     synchronous commit crosses four such wake-ups (client → gateway → shard → gateway
-    → client). ``kick()``, called where a process receives bytes, starts a callback
-    that re-queues itself with ``call_soon`` until ``budget`` has passed without
-    another kick: while it is queued the loop polls epoll without sleeping, so the
-    reply or next request is read as soon as it lands. Each round calls
-    ``sched_yield`` so a polling process gives its CPU to any runnable one on the
-    same CPU (a client, the other process). Seastar's reactor, under Redpanda, does
-    the same (``--idle-poll-time-us``). Budget 0 turns it off; with one usable CPU or
-    less (affinity, or a container's CPU quota) it is off, as polling there can only
-    delay whoever would produce the next message, or spend the quota.
+    → client). ``kick()``, called where a process receives a whole message (a Kafka
+    request, a rail batch), starts a callback that re-queues itself with ``call_soon``
+    until ``budget`` has passed without another kick: while it is queued the loop
+    polls epoll without sleeping, so the reply or next request is read as soon as it
+    lands. Each round calls ``sched_yield`` so a polling process gives its CPU to any
+    runnable one on the same CPU (a client, the other process). Seastar's reactor,
+    under Redpanda, does the same (``--idle-poll-time-us``). Budget 0 turns it off,
+    and so does a machine where polling can only take CPU from whoever would send the
+    next message: one usable CPU, or a cgroup CPU quota (a container's ``--cpus``,
+    systemd's ``CPUQuota=``) below the CPUs it may run on, which polling would spend
+    and then be throttled for a whole period. ``on_poll`` is told how long each
+    episode kept the loop awake (the work done meanwhile included).
     """
 
     def __init__(self) -> None:
         self.budget = 0.0  # seconds
+        self.on_poll: Callable[[float], None] | None = None
         self._last = 0.0
+        self._started = 0.0
         self._polling = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def configure(self, budget_us: int) -> None:
-        self.budget = budget_us / 1e6 if usable_cpus() > 1 else 0.0
+    def configure(self, budget_us: int, on_poll: Callable[[float], None] | None = None) -> None:
+        self.budget = budget_us / 1e6 if polling_pays() else 0.0
+        self.on_poll = on_poll
 
     def kick(self) -> None:
-        """Bytes arrived: poll for ``budget`` from now."""
+        """A message arrived: poll for ``budget`` from now."""
         if not self.budget:
             return
-        self._last = _clock()
-        if not self._polling:
+        self._last = now = _clock()
+        loop = asyncio.get_running_loop()
+        if not self._polling or loop is not self._loop:  # a new loop: the old one's episode ended with it
             self._polling = True
-            self._loop = asyncio.get_running_loop()
-            self._loop.call_soon(self._poll)
+            self._started = now
+            self._loop = loop
+            loop.call_soon(self._poll)
 
     def _poll(self) -> None:
-        if _clock() - self._last < self.budget:
+        now = _clock()
+        if now - self._last < self.budget:
             os.sched_yield()
             self._loop.call_soon(self._poll)  # type: ignore[union-attr]
-        else:
-            self._polling = False
+            return
+        self._polling = False
+        if self.on_poll is not None:
+            self.on_poll(now - self._started)
 
 
-def usable_cpus() -> float:
-    """The CPUs this process may use: its affinity, capped by a cgroup CPU quota (a container's
-    ``--cpus``)."""
-    cpus: float = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    quota = _cgroup_cpu_quota()
-    return cpus if quota is None else min(cpus, quota)
+def polling_pays() -> bool:
+    """More than one CPU to run on, and no cgroup CPU quota below them."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return cpus > 1 and (quota is None or quota >= cpus)
 
 
-def _cgroup_cpu_quota() -> float | None:
-    """The cgroup's CPU quota in CPUs (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over
-    ``cpu.cfs_period_us``), or None when there is none."""
-    v2 = _read("/sys/fs/cgroup/cpu.max")
-    if v2 is not None:
-        quota, _, period = v2.strip().partition(" ")
-    else:
-        quota = (_read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") or "-1").strip()
-        period = (_read("/sys/fs/cgroup/cpu/cpu.cfs_period_us") or "100000").strip()
+def cgroup_cpu_quota() -> float | None:
+    """The tightest CPU quota, in CPUs, of this process's cgroup and its ancestors (cgroup v2
+    ``cpu.max``; v1 ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``), or None when none is set."""
+    quotas = []
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        _hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # cgroup v2
+            for d in _ancestors("/sys/fs/cgroup", path):
+                quota, _, period = (_read(f"{d}/cpu.max") or "max").strip().partition(" ")
+                quotas.append(_ratio(quota, period or "100000"))
+        elif "cpu" in controllers.split(","):  # cgroup v1: the cpu controller's own mount
+            for d in _ancestors(f"/sys/fs/cgroup/{controllers}", path) + _ancestors("/sys/fs/cgroup/cpu", path):
+                quotas.append(_ratio((_read(f"{d}/cpu.cfs_quota_us") or "-1").strip(),
+                                     (_read(f"{d}/cpu.cfs_period_us") or "100000").strip()))
+    found = [q for q in quotas if q is not None]
+    return min(found) if found else None
+
+
+def _ancestors(mount: str, path: str) -> list[str]:
+    """``mount/path`` and each directory above it up to ``mount`` (inside a container the mount is
+    its own cgroup, and ``path`` names it on the host: the directories that exist are read)."""
+    parts = [p for p in path.split("/") if p]
+    return [os.path.join(mount, *parts[:n]) for n in range(len(parts), -1, -1)]
+
+
+def _ratio(quota: str, period: str) -> float | None:
     try:
         return None if quota in ("max", "-1") else float(quota) / float(period)
     except (ValueError, ZeroDivisionError):
@@ -140,4 +167,4 @@ def _read(path: str) -> str | None:
 idle_poll = IdlePoll()
 """This process's idle polling, configured at start from ``--idle-poll-us``."""
 
-__all__ = ["IdlePoll", "asyncio", "die_with_parent", "idle_poll", "run", "set_process_name", "tune_gc", "usable_cpus"]
+__all__ = ["IdlePoll", "asyncio", "cgroup_cpu_quota", "die_with_parent", "idle_poll", "polling_pays", "run", "set_process_name", "tune_gc"]

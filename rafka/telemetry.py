@@ -41,6 +41,13 @@ def gateway_metrics() -> _GatewayMetrics:
     return _GatewayMetrics()
 
 
+@cache
+def idle_poll_seconds() -> Any:
+    """Seconds each process kept its loop polling after a message (``--idle-poll-us``)."""
+    return Counter("rafka_idle_poll_seconds_total", "Time a process kept its event loop polling after a message "
+                   "instead of sleeping (--idle-poll-us), work done meanwhile included", ["process"])
+
+
 class RequestTally:
     """One label set's requests and latencies counted since the last flush."""
 

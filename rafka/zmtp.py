@@ -150,7 +150,6 @@ class Connection(asyncio.Protocol):
         self._on_lost(self)
 
     def data_received(self, data: bytes) -> None:
-        idle_poll.kick()
         buf = self._buf
         buf += data
         try:
@@ -239,6 +238,7 @@ class Connection(asyncio.Protocol):
                 self._frames.append(body)
                 if not flags & MORE:
                     message, self._frames = self._frames, []
+                    idle_poll.kick()
                     try:
                         self._on_message(self, message)
                     except Exception:

@@ -43,5 +43,5 @@ def main(cfg: Config, standalone_metrics: bool) -> None:
         from rafka.metrics_http import serve_metrics
 
         serve_metrics(cfg.metrics_port, cfg.host)
-    loops.idle_poll.configure(cfg.idle_poll_us)
+    loops.idle_poll.configure(cfg.idle_poll_us, telemetry.idle_poll_seconds().labels("gateway").inc)
     loops.run(serve(cfg))

@@ -311,7 +311,6 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
-        idle_poll.kick()
         self.last_active = time.monotonic()
         try:
             frames = self.decoder.feed(data)
@@ -320,6 +319,8 @@ class KafkaConnection(asyncio.Protocol):
                 limit_hits().labels("max_request_bytes").inc()  # bad_input logs the line
             self.bad_input("frame", str(exc))
             return
+        if frames:  # a whole request: a slow sender's bytes between them are no reason to poll
+            idle_poll.kick()
         for frame in frames:
             if self._closed:
                 return

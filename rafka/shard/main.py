@@ -43,6 +43,6 @@ def main(cfg: Config, shard_id: int, standalone_metrics: bool) -> None:
         from rafka.metrics_http import serve_metrics
 
         serve_metrics(cfg.metrics_port + 1 + shard_id, cfg.host)
-    loops.idle_poll.configure(cfg.idle_poll_us)
+    loops.idle_poll.configure(cfg.idle_poll_us, telemetry.idle_poll_seconds().labels(f"shard-{shard_id}").inc)
     if not loops.run(serve(cfg, shard_id)):
         raise SystemExit(1)  # restarted by the supervisor, or by systemd's Restart=on-failure
