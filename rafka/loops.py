@@ -79,7 +79,8 @@ class IdlePoll:
     next message: one usable CPU, or a cgroup CPU quota (a container's ``--cpus``,
     systemd's ``CPUQuota=``) below the CPUs it may run on, which polling would spend
     and then be throttled for a whole period. ``on_poll`` is told how long each
-    episode kept the loop awake (the work done meanwhile included).
+    episode kept the loop awake (the work done meanwhile included), every second of
+    a long one.
     """
 
     def __init__(self) -> None:
@@ -109,6 +110,9 @@ class IdlePoll:
     def _poll(self) -> None:
         now = _clock()
         if now - self._last < self.budget:
+            if now - self._started >= 1.0 and self.on_poll is not None:  # a long episode: told each second
+                self.on_poll(now - self._started)
+                self._started = now
             os.sched_yield()
             self._loop.call_soon(self._poll)  # type: ignore[union-attr]
             return

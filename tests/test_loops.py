@@ -75,6 +75,24 @@ def test_polls_until_its_budget_passes_without_a_kick(clock: _Clock, rounds: lis
     uvloop.run(go())
 
 
+def test_a_long_episode_is_reported_each_second(clock: _Clock, rounds: list[int]) -> None:
+    """Under steady load the loop never sleeps: the time it polled must still show as it goes."""
+    poll = IdlePoll()
+    poll.budget = 0.001
+    episodes: list[float] = []
+    poll.on_poll = episodes.append
+
+    async def go() -> None:
+        poll.kick()
+        for _ in range(2500):  # 2.5 s of messages 1 ms apart less a hair
+            clock.now += 0.00099
+            poll.kick()
+            await asyncio.sleep(0)
+        assert poll._polling and len(episodes) == 2 and sum(episodes) == pytest.approx(2.0, abs=0.01)
+
+    uvloop.run(go())
+
+
 def test_budget_zero_never_polls(rounds: list[int]) -> None:
     poll = IdlePoll()
 
