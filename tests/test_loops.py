@@ -49,11 +49,17 @@ async def _ticks(n: int = 20) -> None:
         await asyncio.sleep(0)
 
 
-def test_polls_until_its_budget_passes_without_a_kick(clock: _Clock, rounds: list[int]) -> None:
+def _poll_reporting_to(episodes: list[float]) -> IdlePoll:
+    """A 1 ms budget; each episode's length goes to ``episodes``."""
     poll = IdlePoll()
     poll.budget = 0.001
-    episodes: list[float] = []
     poll.on_poll = episodes.append
+    return poll
+
+
+def test_polls_until_its_budget_passes_without_a_kick(clock: _Clock, rounds: list[int]) -> None:
+    episodes: list[float] = []
+    poll = _poll_reporting_to(episodes)
 
     async def go() -> None:
         poll.kick()
@@ -77,10 +83,8 @@ def test_polls_until_its_budget_passes_without_a_kick(clock: _Clock, rounds: lis
 
 def test_a_long_episode_is_reported_each_second(clock: _Clock, rounds: list[int]) -> None:
     """Under steady load the loop never sleeps: the time it polled must still show as it goes."""
-    poll = IdlePoll()
-    poll.budget = 0.001
     episodes: list[float] = []
-    poll.on_poll = episodes.append
+    poll = _poll_reporting_to(episodes)
 
     async def go() -> None:
         poll.kick()
