@@ -30,7 +30,7 @@ class Config:
     max_request_bytes: int = 100 * 1024 * 1024
     max_inflight_per_connection: int = 1024
     reuse_port: bool = False
-    idle_poll_us: int = 500  # how long a process polls after receiving bytes before it sleeps (0: never)
+    idle_poll_us: int = 500  # how long a process polls after a message before it sleeps (0: never)
     log_level: str = "INFO"
     config: str | None = None  # a TOML file with any of these options (flags and env override it)
     # security and limits
