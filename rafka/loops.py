@@ -139,9 +139,9 @@ def cgroup_cpu_quota() -> float | None:
                 quota, _, period = (_read(f"{d}/cpu.max") or "max").strip().partition(" ")
                 quotas.append(_ratio(quota, period or "100000"))
         elif "cpu" in controllers.split(","):  # cgroup v1: the cpu controller's own mount
-            for d in _ancestors(f"/sys/fs/cgroup/{controllers}", path) + _ancestors("/sys/fs/cgroup/cpu", path):
-                quotas.append(_ratio((_read(f"{d}/cpu.cfs_quota_us") or "-1").strip(),
-                                     (_read(f"{d}/cpu.cfs_period_us") or "100000").strip()))
+            for mount in dict.fromkeys((f"/sys/fs/cgroup/{controllers}", "/sys/fs/cgroup/cpu")):  # either may exist
+                quotas += [_ratio((_read(f"{d}/cpu.cfs_quota_us") or "-1").strip(),
+                                  (_read(f"{d}/cpu.cfs_period_us") or "100000").strip()) for d in _ancestors(mount, path)]
     found = [q for q in quotas if q is not None]
     return min(found) if found else None
 

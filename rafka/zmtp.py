@@ -211,7 +211,9 @@ class Connection(asyncio.Protocol):
             return self._frames_in(buf, view, pos, end)
 
     def _frames_in(self, buf: bytearray, view: memoryview, pos: int, end: int) -> int:
-        """Handle the complete frames in ``buf[pos:end]`` (``view`` over it); where they stop."""
+        """Handle the complete frames in ``buf[pos:end]`` (``view`` over it); where they stop. A burst
+        that completed a message keeps the loop polling for the next (``idle_poll``)."""
+        delivered = False
         while pos < end:
             flags = buf[pos]
             if flags & LONG:
@@ -238,13 +240,15 @@ class Connection(asyncio.Protocol):
                 self._frames.append(body)
                 if not flags & MORE:
                     message, self._frames = self._frames, []
-                    idle_poll.kick()
+                    delivered = True
                     try:
                         self._on_message(self, message)
                     except Exception:
                         log.exception("a rail callback failed; the message is dropped")
             if self.transport is None:
                 break  # closed meanwhile
+        if delivered:
+            idle_poll.kick()
         return pos
 
     def _command(self, body: bytes) -> None:

@@ -310,15 +310,11 @@ class Stream:
         raised, so no torn entry sits before later, acknowledged ones."""
         at = self.size
         try:
-            n = os.pwrite(self.fd, data, at)  # type: ignore[arg-type]
-            if n == len(data):
-                return
-            view = memoryview(data)[n:]  # a short write: the rest, or the error that caused it
-            at += n
-            while view:
+            view: bytes | memoryview = data
+            n = os.pwrite(self.fd, view, at)  # type: ignore[arg-type]
+            while n < len(view):  # a short write: the rest, or the error that caused it
+                view, at = memoryview(view)[n:], at + n
                 n = os.pwrite(self.fd, view, at)  # type: ignore[arg-type]
-                view = view[n:]
-                at += n
         except OSError:
             os.ftruncate(self.fd, self.size)  # type: ignore[arg-type]
             self.allocated = self.size
