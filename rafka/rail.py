@@ -2,7 +2,8 @@
 
 How this works: a gateway holds one DEALER socket per shard; a shard binds one
 ROUTER socket. To keep per-message overhead low, every ZeroMQ message carries a
-*batch*: a msgpack list of envelopes collected during one event-loop tick.
+*batch*: a msgpack list of envelopes: a gateway's are those queued while it handled
+one client read (or one loop pass), a shard's the replies made durable by one flush.
 
 request envelope: ``[request_id, op, org_id, trace_context, payload]``
 reply envelope:   ``[request_id, status, payload]``

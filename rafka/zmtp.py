@@ -108,11 +108,12 @@ def _log_error(why: str) -> None:
 
 
 class Connection(asyncio.Protocol):
-    """One ZMTP connection; the ``on_*`` arguments are its owner's callbacks. An owner callback
-    that raises is logged and the connection goes on: one bad message costs only itself."""
+    """One ZMTP connection; the ``on_*`` arguments are its owner's callbacks (``on_read`` runs
+    after a read that delivered messages, once they all have been). An owner callback that
+    raises is logged and the connection goes on: one bad message costs only itself."""
 
     def __init__(self, socket_type: bytes, on_ready: Callable[[Connection], None],
-                 on_message: Callable[[Connection, list[bytes]], None], on_idle: Callable[[], None],
+                 on_message: Callable[[Connection, list[bytes]], None], on_read: Callable[[], None],
                  on_lost: Callable[[Connection], None], on_error: Callable[[str], None] = _log_error) -> None:
         self.socket_type = socket_type
         self.transport: asyncio.Transport | None = None
@@ -120,7 +121,7 @@ class Connection(asyncio.Protocol):
         self.routing_id = b""
         self._on_ready = on_ready
         self._on_message = on_message
-        self._on_idle = on_idle
+        self._on_read = on_read
         self._on_lost = on_lost
         self._on_error = on_error
         self._buf = bytearray()
@@ -153,16 +154,17 @@ class Connection(asyncio.Protocol):
         buf = self._buf
         buf += data
         try:
-            pos = self._parse(buf)
+            pos, delivered = self._parse(buf)
         except ZmtpError as exc:
             self._on_error(str(exc))
             self.close()
             return
         if pos:
             del buf[:pos]
-        if self.ready:
+        if delivered:
+            idle_poll.kick()  # a burst that completed a message keeps the loop polling for the next
             try:
-                self._on_idle()
+                self._on_read()
             except Exception:
                 log.exception("a rail callback failed")
 
@@ -191,15 +193,15 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     # -- receiving -------------------------------------------------------------
-    def _parse(self, buf: bytearray) -> int:
-        """Handle every complete unit in ``buf``; return how many bytes were used."""
+    def _parse(self, buf: bytearray) -> tuple[int, bool]:
+        """Handle every complete unit in ``buf``: how many bytes were used, and whether a message was."""
         pos = 0
         end = len(buf)
         if not self._greeted:
             if end < 64:
                 if end >= 1 and buf[0] != 0xFF:
                     raise ZmtpError("not a ZMTP 3 peer")
-                return 0
+                return 0, False
             if buf[0] != 0xFF or not buf[9] & 1 or buf[10] < 3:
                 raise ZmtpError("not a ZMTP 3 peer")
             mechanism = bytes(buf[12:32]).rstrip(b"\0")
@@ -210,9 +212,9 @@ class Connection(asyncio.Protocol):
         with memoryview(buf) as view:  # released before the caller trims the buffer
             return self._frames_in(buf, view, pos, end)
 
-    def _frames_in(self, buf: bytearray, view: memoryview, pos: int, end: int) -> int:
-        """Handle the complete frames in ``buf[pos:end]`` (``view`` over it); where they stop. A burst
-        that completed a message keeps the loop polling for the next (``idle_poll``)."""
+    def _frames_in(self, buf: bytearray, view: memoryview, pos: int, end: int) -> tuple[int, bool]:
+        """Handle the complete frames in ``buf[pos:end]`` (``view`` over it): where they stop, and
+        whether a message was delivered."""
         delivered = False
         while pos < end:
             flags = buf[pos]
@@ -247,9 +249,7 @@ class Connection(asyncio.Protocol):
                         log.exception("a rail callback failed; the message is dropped")
             if self.transport is None:
                 break  # closed meanwhile
-        if delivered:
-            idle_poll.kick()
-        return pos
+        return pos, delivered
 
     def _command(self, body: bytes) -> None:
         n = body[0] if body else 0
@@ -282,9 +282,9 @@ class Router:
     """A bound ROUTER: each message arrives as ``[routing id, *frames]``; ``send`` routes by id
     and drops what is addressed to a peer that is gone (as libzmq's ROUTER does)."""
 
-    def __init__(self, on_message: Callable[[list[bytes]], None], on_idle: Callable[[], None]) -> None:
+    def __init__(self, on_message: Callable[[list[bytes]], None], on_read: Callable[[], None]) -> None:
         self._on_message = on_message
-        self._on_idle = on_idle
+        self._on_read = on_read
         self._peers: dict[bytes, Connection] = {}
         self._ids = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
@@ -306,7 +306,7 @@ class Router:
             self._server = await loop.create_server(self._connection, where[0], where[1])
 
     def _connection(self) -> Connection:
-        conn = Connection(b"ROUTER", self._ready, self._message, self._on_idle, self._lost)
+        conn = Connection(b"ROUTER", self._ready, self._message, self._on_read, self._lost)
         self._conns.add(conn)
         return conn
 

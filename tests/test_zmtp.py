@@ -233,6 +233,38 @@ def test_a_ping_is_answered_with_a_pong(tmp_path: Path) -> None:
     _run(main)
 
 
+def test_the_owner_hears_of_a_read_once_its_messages_are_all_delivered(tmp_path: Path) -> None:
+    """``on_read`` (where a shard flushes its replies) runs once per read that completed
+    messages, after all of them, and not for a read that completed none."""
+    path = tmp_path / "z.sock"
+
+    async def main() -> None:
+        events: list[Any] = []
+        router = zmtp.Router(lambda frames: events.append(frames[1]), lambda: events.append("read"))
+        await router.bind(f"ipc://{path}")
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        try:
+            writer.write(_greeting() + _ready(b"DEALER") + zmtp.command(b"PING", b"\x00\x0a"))
+            await asyncio.wait_for(reader.readexactly(64 + len(zmtp.ready(b"ROUTER"))), 5)
+            await asyncio.wait_for(reader.readexactly(len(zmtp.command(b"PONG", b""))), 5)
+            assert events == [], "a handshake and a ping deliver no message"
+            one, two = zmtp.frame(b"one") + b"one", zmtp.frame(b"two") + b"two"
+            writer.write(one + two + one[:2])
+            await _until(lambda: "read" in events)
+            assert events == [b"one", b"two", "read"]
+            writer.write(one[2:3])
+            await asyncio.sleep(0.05)
+            assert events == [b"one", b"two", "read"], "a read that completes nothing is not told"
+            writer.write(one[3:])
+            await _until(lambda: len(events) == 5)
+            assert events[3:] == [b"one", "read"]
+        finally:
+            writer.close()
+            router.close()
+
+    _run(main)
+
+
 def test_libzmq_heartbeats_keep_a_connection(tmp_path: Path) -> None:
     """A libzmq peer with ZMQ_HEARTBEAT_* set pings and drops a connection that does not pong."""
     endpoint = f"ipc://{tmp_path}/z.sock"

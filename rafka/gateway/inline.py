@@ -14,7 +14,9 @@ Unlike a Task, a handler has no current task: ``asyncio.timeout()`` and
 ``TaskGroup`` are not available to handlers (``asyncio.wait_for`` is, on 3.11).
 ``on_done``, when set, is called at once when a later step finishes the request
 (a done callback would wait for the next loop pass); a request finished during
-construction is the caller's to handle.
+construction is the caller's to handle. Likewise a ``ReplyFuture`` (what the router
+hands out for a shard's reply) steps the request awaiting it as soon as ``resolve``
+sets its result, inside the read that brought the reply, not on the next loop pass.
 """
 
 from __future__ import annotations
@@ -23,6 +25,27 @@ import asyncio
 import contextvars
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+
+class ReplyFuture(asyncio.Future):  # type: ignore[type-arg]
+    """A Future whose ``resolve`` steps the ``InlineRequest`` awaiting it at once."""
+
+    __slots__ = ("waiter",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self.waiter: InlineRequest | None = None
+
+    def resolve(self, result: Any) -> None:
+        """Set the result; the waiting request's next step runs now, not from a done callback."""
+        waiter = self.waiter
+        if waiter is None:
+            self.set_result(result)
+            return
+        self.waiter = None
+        self.remove_done_callback(waiter._step)
+        self.set_result(result)
+        waiter._step(self)
 
 
 class InlineRequest(asyncio.Future):  # type: ignore[type-arg]
@@ -62,7 +85,9 @@ class InlineRequest(asyncio.Future):  # type: ignore[type-arg]
             else:
                 awaited._asyncio_future_blocking = False
                 self._waiting = awaited
-                awaited.add_done_callback(self._step)
+                awaited.add_done_callback(self._step)  # a ReplyFuture's resolve() takes it back
+                if type(awaited) is ReplyFuture:
+                    awaited.waiter = self
                 if self._must_cancel and awaited.cancel():  # cancelled during this step
                     self._must_cancel = False
             return

@@ -1,9 +1,12 @@
 """Routing ops from a gateway to the shards that own them.
 
 How this works: ``ShardRouter`` keeps one ZeroMQ DEALER (``rafka.zmtp``) per shard. ``call``
-queues an envelope for the owning shard and returns a future; all envelopes queued
-for a shard during one loop tick go out as one ZeroMQ message (see ``rafka.rail``).
-Replies resolve the futures by request id as they arrive. There is no per-request
+queues an envelope for the owning shard and returns a future; the envelopes queued
+for a shard go out as one ZeroMQ message (see ``rafka.rail``) when ``flush`` runs: at
+the end of the client read that queued them (the gateway calls it), else on the next
+loop pass. Replies resolve the futures by request id as they arrive, and the request
+awaiting each takes its next step at once (``ReplyFuture``); ``on_replies`` runs when
+a reply message has been handled, so the gateway writes what it completed. There is no per-request
 time cap — a JoinGroup is rightly parked until its rebalance completes — so
 liveness is separate: the router pings every shard; a shard that misses pings for
 ``dead_after`` seconds, or whose connection drops (a killed process closes it at
@@ -34,9 +37,11 @@ import asyncio
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rafka import ids
+from rafka.gateway.inline import ReplyFuture
 from rafka.rail import Op, Status, pack, unpack
 from rafka.zmtp import Dealer
 
@@ -115,6 +120,7 @@ class ShardRouter:
         self._loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self._ping_ids = itertools.count(1)
         self._owners: dict[tuple[Any, ...], int] = {}
+        self.on_replies: Callable[[], None] | None = None  # after each reply message: the gateway writes
 
     @property
     def shard_count(self) -> int:
@@ -182,7 +188,7 @@ class ShardRouter:
     def call(self, shard: int, op: Op, org_id: str, payload: Any, trace: str | None = None) -> asyncio.Future[Any]:
         """Send ``op`` to ``shard``; the future gets the reply payload or ShardUnavailable."""
         loop = self._loop or asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut = ReplyFuture(loop)
         s = self._shards[shard]
         if not s.alive:
             fut.set_exception(ShardUnavailable(f"shard {shard} is down"))
@@ -192,10 +198,11 @@ class ShardRouter:
         s.outbox.append([rid, int(op), org_id, trace, payload])
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            loop.call_soon(self._flush)
+            loop.call_soon(self.flush)
         return fut
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Send every shard the envelopes queued for it."""
         self._flush_scheduled = False
         for s in self._shards:
             if s.outbox:
@@ -223,11 +230,16 @@ class ShardRouter:
                 continue
             fut = entry[0]
             if status == Status.OK:
-                fut.set_result(payload)
+                try:
+                    fut.resolve(payload)  # the awaiting request steps now
+                except Exception:  # its own failure is its future's: this is a bug, not the batch's to pay for
+                    log.exception("a request failed to take a shard's reply")
             elif status == Status.LOADING:
                 fut.set_exception(ShardLoading(f"shard {s.index} is loading"))
             else:
                 fut.set_exception(ShardFailed(f"shard {s.index} failed the op: {payload}"))
+        if self.on_replies is not None:
+            self.on_replies()
 
     def _on_disconnected(self, s: _Shard) -> None:
         """A shard process that dies drops its end of the connection at once: what it had fails now

@@ -4,7 +4,10 @@ How this works: each client connection is a ``KafkaConnection`` (an
 ``asyncio.Protocol``). Bytes are cut into frames; each frame's header is parsed and
 its handler started at once, so many requests are in flight per connection, but
 responses are written strictly in request order: every request appends a slot to
-a FIFO and the head slots are written as soon as they complete. When too many
+a FIFO and the head slots are written as soon as they complete. No loop pass
+separates the steps of a shard round trip: the ops a client read queued go to the
+shards once the read has been handled, a shard's reply resumes its request at once,
+and the responses one reply message completed are written once it has been handled. When too many
 requests are in flight, or the socket's write buffer is full, reading pauses
 (flow control) and resumes when the backlog drains. Input that cannot be framed
 or decoded closes that connection with a log line; every other client is
@@ -154,11 +157,32 @@ class Gateway:
         from rafka.gateway.reconcile import LogReconciler
 
         self.reconciler = LogReconciler(router)  # brings back shards' logs in line with the catalogue
+        self._due: list[KafkaConnection] = []  # connections with responses to write (write_soon)
+        self._due_scheduled = False
+        router.on_replies = self.write_due  # a reply message's answers go out when it has been handled
         from rafka.gateway import handlers  # noqa: F401  (registers every API)
 
     @property
     def auth_required(self) -> bool:
         return self.users is not None
+
+    def write_soon(self, conn: KafkaConnection) -> None:
+        """``conn`` has responses to write: at the end of the reply message that completed them
+        (``write_due``), or on the next loop pass, whichever comes first."""
+        self._due.append(conn)
+        if not self._due_scheduled:
+            self._due_scheduled = True
+            conn.loop.call_soon(self._write_due_now)
+
+    def _write_due_now(self) -> None:
+        self._due_scheduled = False
+        self.write_due()
+
+    def write_due(self) -> None:
+        """Write the responses completed since the last call, one write per connection."""
+        due, self._due = self._due, []
+        for conn in due:
+            conn.write_ready()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -321,10 +345,13 @@ class KafkaConnection(asyncio.Protocol):
             return
         if frames:  # a whole request: a slow sender's bytes between them are no reason to poll
             idle_poll.kick()
-        for frame in frames:
+            for frame in frames:
+                if self._closed:
+                    break
+                self.handle_frame(frame)
+            self.gw.router.flush()  # the ops these requests queued go to the shards now
             if self._closed:
                 return
-            self.handle_frame(frame)
         self._write_answered()
 
     # -- requests -----------------------------------------------------------
@@ -347,7 +374,7 @@ class KafkaConnection(asyncio.Protocol):
         """Write the responses of requests answered during dispatch; update flow control."""
         if self._answered:
             self._answered = False
-            self._write_ready()
+            self.write_ready()
         else:
             self._update_reading()
 
@@ -427,7 +454,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def _on_sasl_done(self, _fut: asyncio.Future[bytes | None]) -> None:
         self._sasl_pending -= 1
-        self._write_ready()  # the SASL answer goes out before anything held behind it runs
+        self.write_ready()  # the SASL answer goes out before anything held behind it runs
         if self._held and not self._closed:
             self._release_held()
 
@@ -453,12 +480,13 @@ class KafkaConnection(asyncio.Protocol):
         self._answered = True
 
     def _on_done(self, _fut: asyncio.Future[bytes | None]) -> None:
-        """A request finished: write once this loop pass has finished the others due too."""
+        """A request finished: write once the reply message or loop pass that finished it has
+        finished the others due too."""
         if not self._write_scheduled:
             self._write_scheduled = True
-            self.loop.call_soon(self._write_ready)
+            self.gw.write_soon(self)
 
-    def _write_ready(self) -> None:
+    def write_ready(self) -> None:
         """Write every finished response at the head of the queue, in order, with one write."""
         self._write_scheduled = False
         queue = self.queue

@@ -7,8 +7,9 @@ express its state change and calls ``respond`` now or later (a parked JoinGroup 
 answered when its rebalance completes, possibly from a timer). ``apply`` appends
 the records to the write-ahead log and replays them into memory — recovery replays
 the same records through the same ``replay`` — and responses are held in an outbox
-that is released only after the log is flushed, once per loop tick, so many ops
-share one flush (group commit). Outboxes leave in the order of their ticks: one
+that is released only after the log is flushed: once per rail read, so the ops that
+arrived together share one flush (group commit), and once per loop pass for what
+timers and late answers wrote. Outboxes leave in the order of their ticks: one
 made durable at once still waits behind an earlier one whose fsync is running.
 Timers are ``loop.call_later`` callbacks that run on the same loop and go through
 ``apply`` like any handler.
@@ -261,7 +262,7 @@ class ShardRuntime:
 
     async def serve(self) -> None:
         """Bind and serve until ``stop()``."""
-        router = zmtp.Router(self._on_frames, self._schedule_flush)
+        router = zmtp.Router(self._on_frames, self._flush)  # the ops read together share a flush
         await router.bind(self.endpoint)
         self._router = router
         log.info("shard %d serving on %s", self.shard_id, self.endpoint)

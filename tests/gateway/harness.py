@@ -35,6 +35,9 @@ class FakeRouter:
     def is_alive(self, shard: int) -> bool:
         return False
 
+    def flush(self) -> None:
+        """Nothing waits to be sent: every call is answered at once."""
+
     def call(self, shard: int, op: Any, org_id: str, payload: Any, trace: str | None = None) -> asyncio.Future[Any]:
         self.calls.append((shard, op, org_id))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import zmq
 
+from rafka.gateway.inline import InlineRequest
 from rafka.gateway.router import ShardRouter, ShardUnavailable
 from rafka.rail import Op, Status, pack, unpack
 
@@ -43,9 +44,13 @@ class StandInShard:
                         self.held.append((ident, rid))
             await asyncio.sleep(0.01)
 
-    def answer_held(self) -> None:
-        for ident, rid in self.held:
-            self.sock.send_multipart([ident, pack([[rid, int(Status.OK), {"answered": rid}]])])
+    def answer_held(self, together: bool = False) -> None:
+        """Answer what it holds: a message per reply, or one message for them all."""
+        replies = [(ident, [rid, int(Status.OK), {"answered": rid}]) for ident, rid in self.held]
+        if together and replies:
+            self.sock.send_multipart([replies[0][0], pack([reply for _ident, reply in replies])])
+        for ident, reply in [] if together else replies:
+            self.sock.send_multipart([ident, pack([reply])])
         self.held.clear()
 
 
@@ -212,3 +217,27 @@ def test_a_produce_whose_connection_dropped_fails_once_given_up_even_if_the_same
                 again.sock.close(0)
 
     asyncio.run(scenario())
+
+
+def test_a_reply_message_resumes_its_requests_before_the_gateway_is_told_to_write(tmp_path: Path) -> None:
+    """The requests a reply message answers take their next step while it is handled, and
+    ``on_replies`` (where the gateway writes their responses) runs after the last: the answers
+    leave without waiting for another pass of the loop."""
+
+    async def scenario(router: ShardRouter, shard: StandInShard) -> None:
+        async def handler(n: int) -> Any:
+            return await router.call(0, Op.OFFSET_COMMIT, "org", {"n": n})
+
+        loop = asyncio.get_running_loop()
+        requests = [InlineRequest(handler(n), loop) for n in range(3)]
+        seen: list[list[bool]] = []
+        router.on_replies = lambda: seen.append([r.done() for r in requests])
+        await _until(lambda: len(shard.held) == 3, 5)
+        shard.responsive = False  # no pongs from here on: the next reply message is the answers
+        seen.clear()
+        shard.answer_held(together=True)
+        await _until(lambda: seen, 0.25)
+        assert seen == [[True, True, True]], "all answered while their message was handled"
+        assert len({r.result()["answered"] for r in requests}) == 3, "each request got its own reply"
+
+    asyncio.run(_with_router(tmp_path, scenario))
