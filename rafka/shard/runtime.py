@@ -173,7 +173,11 @@ class ShardRuntime:
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        if self._flush_scheduled:  # else the end of a rail read has flushed since
+            self._flush()
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -223,3 +223,36 @@ def test_an_op_too_large_for_one_log_entry_is_refused_and_the_shard_serves_on(tm
         runtime.state.close()
 
     asyncio.run(main())
+
+
+class _Counting(_State):
+    """Durable at once; counts its commits (each a write and, with fsync on, a flush)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits = 0
+
+    def commit(self) -> None:
+        self.commits += 1
+
+
+def test_the_ops_of_one_rail_read_share_one_flush_and_their_replies_leave_with_it(monkeypatch: Any) -> None:
+    """The end of a rail read flushes: its replies leave then, not a loop pass later, and the
+    flush the replies had scheduled for the loop pass is not made a second time."""
+    _one_metrics(monkeypatch)
+
+    async def main() -> None:
+        state = _Counting()
+        runtime, sock = _runtime(state)
+        runtime._handle_message(b"gw", pack([[1, int(Op.OFFSET_COMMIT), "org", None, "a"],
+                                              [2, int(Op.OFFSET_COMMIT), "org", None, "b"]]))
+        runtime._flush()  # what zmtp's on_read calls when the read has been handled
+        assert [env[0] for env in sock.sent] == [1, 2] and state.commits == 1
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert state.commits == 1, "no second flush from the loop pass"
+        runtime.run_timer("expiry", lambda _now: [])  # a timer's records still flush on the loop pass
+        await asyncio.sleep(0)
+        assert state.commits == 2
+
+    asyncio.run(main())
