@@ -54,7 +54,7 @@ class ShardMetrics:
         self.meter = RequestMeter(self.requests, self.latency)
 
     def for_op(self, op: str) -> RequestTally:
-        """The request count and latency tally of ``op`` (written once per loop tick)."""
+        """The request count and latency tally of ``op`` (written every ``telemetry.FLUSH_EVERY``)."""
         return self.meter.tally(op, self.shard)
 
 
