@@ -75,8 +75,8 @@ class RequestMeter:
     first record since the last one, adds each tally's totals to its counter and to
     the histogram's sum and buckets (the same buckets ``observe`` picks: the first
     bound ≥ the value). A flush per loop pass instead cost a sixth of the CPU of a
-    synchronous commit, which crosses one pass per process. A scrape never lags a
-    reply by more than ``FLUSH_EVERY``.
+    synchronous commit, which crosses one pass per process. A scrape lags a reply by
+    at most ``FLUSH_EVERY``; a process that stops flushes what it holds.
     """
 
     def __init__(self, requests: Any, latency: Any) -> None:
@@ -84,7 +84,7 @@ class RequestMeter:
         self._latency = latency
         self._tallies: dict[tuple[str, ...], RequestTally] = {}
         self._dirty: list[RequestTally] = []
-        self._scheduled = False
+        self._scheduled: asyncio.AbstractEventLoop | None = None  # the loop a flush is due on
 
     def tally(self, *labels: str) -> RequestTally:
         t = self._tallies.get(labels)
@@ -98,15 +98,17 @@ class RequestMeter:
         t.count += 1
         t.total += seconds
         t.buckets[bisect_left(t.bounds, seconds)] += 1
-        if not self._scheduled:
+        if self._scheduled is None or self._scheduled.is_closed():  # (a closed one will never run it)
             try:
-                asyncio.get_running_loop().call_later(FLUSH_EVERY, self.flush)
-                self._scheduled = True
+                loop = asyncio.get_running_loop()
             except RuntimeError:  # no loop: write through
                 self.flush()
+                return
+            loop.call_later(FLUSH_EVERY, self.flush)
+            self._scheduled = loop
 
     def flush(self) -> None:
-        self._scheduled = False
+        self._scheduled = None
         dirty, self._dirty = self._dirty, []
         for t in dirty:
             count, total, buckets = t.count, t.total, t.buckets

@@ -5,13 +5,14 @@ queues an envelope for the owning shard and returns a future; the envelopes queu
 for a shard go out as one ZeroMQ message (see ``rafka.rail``) when ``flush`` runs: at
 the end of the client read that queued them (the gateway calls it), else on the next
 loop pass. Replies resolve the futures by request id as they arrive, and the request
-awaiting each takes its next step at once (``ReplyFuture``); ``on_replies`` runs when
-a reply message has been handled, so the gateway writes what it completed. There is no per-request
-time cap — a JoinGroup is rightly parked until its rebalance completes — so
-liveness is separate: the router pings every shard; a shard that misses pings for
-``dead_after`` seconds, or whose connection drops (a killed process closes it at
-once), is marked down: its pending calls fail with
-``ShardUnavailable`` and new calls fail at once until it answers again — so nothing
+awaiting each takes its next step at once (``ReplyFuture``); when a reply message has
+been handled, the ops those steps queued are sent and ``on_replies`` runs, so the
+gateway writes what it completed. There is no per-request time cap — a JoinGroup
+is rightly parked until its rebalance completes — so liveness is separate: the
+router pings every shard; a shard that misses pings for ``dead_after`` seconds, or
+whose connection drops (a killed process closes it at once), is marked down: its
+pending calls fail with ``ShardUnavailable`` and new calls fail at once until it
+answers again — so nothing
 sent meanwhile waits in a queue for the next process to run after the client
 gave up on it (a KIP-848 heartbeat run so would hand out a revocation nobody hears,
 and librdkafka follows a timed-out heartbeat with a partial one). Produce
@@ -238,6 +239,7 @@ class ShardRouter:
                 fut.set_exception(ShardLoading(f"shard {s.index} is loading"))
             else:
                 fut.set_exception(ShardFailed(f"shard {s.index} failed the op: {payload}"))
+        self.flush()  # what the resumed requests asked next (a second step) goes now
         if self.on_replies is not None:
             self.on_replies()
 

@@ -257,6 +257,7 @@ class Gateway:
             conn.close()
         if self._server is not None:
             await self._server.wait_closed()
+        telemetry.gateway_meter().flush()  # the last requests' counts, before the process exits
 
 
 PRE_AUTH_MAX_FRAME = 512 * 1024  # Kafka's sasl.server.max.receive.size (CVE-2022-34917)

@@ -9,7 +9,7 @@ the records to the write-ahead log and replays them into memory — recovery rep
 the same records through the same ``replay`` — and responses are held in an outbox
 that is released only after the log is flushed: once per rail read, so the ops that
 arrived together share one flush (group commit), and once per loop pass for what
-timers and late answers wrote. Outboxes leave in the order of their ticks: one
+timers and late answers wrote. Outboxes leave in the order of their flushes: one
 made durable at once still waits behind an earlier one whose fsync is running.
 Timers are ``loop.call_later`` callbacks that run on the same loop and go through
 ``apply`` like any handler.
@@ -282,6 +282,7 @@ class ShardRuntime:
         self.state.close()  # waits for the fsyncs running
         self._send_durable()  # so every reply they held leaves before the connections close
         router.close()
+        self.metrics.meter.flush()  # the last ops' counts, before the process exits
 
     async def _housekeeping(self) -> None:
         """Every second: loop lag and queue depth; every 5 s: the state metrics file."""

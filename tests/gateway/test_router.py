@@ -233,11 +233,35 @@ def test_a_reply_message_resumes_its_requests_before_the_gateway_is_told_to_writ
         seen: list[list[bool]] = []
         router.on_replies = lambda: seen.append([r.done() for r in requests])
         await _until(lambda: len(shard.held) == 3, 5)
-        shard.responsive = False  # no pongs from here on: the next reply message is the answers
+        shard.responsive = False  # no pongs from here on: once one in flight has landed, the next
+        await asyncio.sleep(0.1)  # reply message is the answers (well within dead_after)
         seen.clear()
         shard.answer_held(together=True)
         await _until(lambda: seen, 0.25)
         assert seen == [[True, True, True]], "all answered while their message was handled"
         assert len({r.result()["answered"] for r in requests}) == 3, "each request got its own reply"
+
+    asyncio.run(_with_router(tmp_path, scenario))
+
+
+def test_a_requests_next_op_leaves_when_the_reply_that_resumed_it_has_been_handled(tmp_path: Path) -> None:
+    """A handler that needs two shard calls (a topic lookup, then the commit) sends the second
+    when the first's reply message has been handled, before the gateway writes: not a loop
+    pass later."""
+
+    async def scenario(router: ShardRouter, shard: StandInShard) -> None:
+        async def handler() -> Any:
+            await router.call(0, Op.LIST_TOPICS, "org", {})
+            return await router.call(0, Op.OFFSET_COMMIT, "org", {})
+
+        request = InlineRequest(handler(), asyncio.get_running_loop())
+        queued_at_write: list[int] = []
+        router.on_replies = lambda: queued_at_write.append(len(router._shards[0].outbox))
+        await _until(lambda: len(shard.held) == 1, 5)
+        shard.answer_held()
+        await _until(lambda: len(shard.held) == 1, 5)
+        assert queued_at_write and max(queued_at_write) == 0, "the second op was sent with the first reply's handling"
+        shard.answer_held()
+        await _until(request.done, 5)
 
     asyncio.run(_with_router(tmp_path, scenario))

@@ -121,9 +121,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Rafka, Pro
     prom = None
     try:
         _commit_offsets(broker.bootstrap)
-        # the broker itself counted exactly the commits (so a mismatch below is Prometheus' side)
-        assert _sample_value(scrape(broker.metrics_port), "rafka_gateway_requests_total",
-                             'api="group.offset-commit"') == COMMITS
+        # the broker itself counted exactly the commits (so a mismatch below is Prometheus' side);
+        # a count reaches /metrics up to telemetry.FLUSH_EVERY after its reply
+        wait_for(lambda: _sample_value(scrape(broker.metrics_port), "rafka_gateway_requests_total",
+                                       'api="group.offset-commit"') == COMMITS, 5, "the broker's commit count",
+                 interval=0.02)
         prom = Prometheus(binary, base, broker.metrics_port)
         wait_for(prom.ready, 15, "prometheus /-/ready")
         yield broker, prom

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 from typing import Any
 
+from rafka import telemetry
 from rafka.rail import Op, Status, pack, unpack
 from rafka.shard.runtime import ShardRuntime
 
@@ -144,6 +145,7 @@ def test_a_stopping_shard_sends_the_replies_its_last_fsync_made_durable(tmp_path
     import zmq
 
     _one_metrics(monkeypatch)
+    monkeypatch.setattr(telemetry, "FLUSH_EVERY", 60.0)  # only the stop writes the op's count
     endpoint = f"ipc://{tmp_path}/shard.sock"
 
     async def main() -> None:
@@ -154,6 +156,8 @@ def test_a_stopping_shard_sends_the_replies_its_last_fsync_made_durable(tmp_path
         gateway.setsockopt(zmq.LINGER, 0)
         gateway.connect(endpoint)
         try:
+            counted = runtime.metrics.requests.labels("data.produce", runtime.metrics.shard)
+            before = counted._value.get()
             gateway.send(pack([[7, int(Op.PRODUCE), "org", None, "batch"]]))
             for _ in range(100):
                 await asyncio.sleep(0.02)
@@ -164,6 +168,7 @@ def test_a_stopping_shard_sends_the_replies_its_last_fsync_made_durable(tmp_path
             await asyncio.wait_for(serving, 5)
             assert gateway.poll(2000), "the reply left before the connection closed"
             assert [env[0] for env in unpack(gateway.recv())] == [7]
+            assert counted._value.get() == before + 1, "its count was written before the shard stopped"
         finally:
             gateway.close(0)
 
