@@ -328,9 +328,16 @@ class ShardRouter:
         s.dealer.send(pack([[-pid, int(Op.PING), "", None, ping]]))
 
     async def _ping_loop(self) -> None:
+        last = time.monotonic()
         while True:
             now = time.monotonic()
+            # a gateway that did not run for dead_after (stopped, its VM paused) sent no pings:
+            # shards that could not answer them are not judged until they have had a round
+            stalled, last = now - last > self.dead_after, now
             for s in self._shards:
+                if stalled:
+                    self._ping(s, now)
+                    continue
                 if s.alive and now - s.last_seen > self.dead_after and s.ping_sent:
                     log.error("shard %d at %s missed pings for %.1fs: marking it down", s.index, s.endpoint, self.dead_after)
                     self._mark_down(s, f"shard {s.index} is down", keep=WAIT_OUT_STALL)

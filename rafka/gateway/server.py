@@ -58,6 +58,7 @@ from rafka.gateway.api import REGISTRY, RequestContext
 from rafka.gateway.inline import InlineRequest
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
+from rafka.logs import Throttled
 from rafka.loops import idle_poll
 from rafka.protocol import codec, fastread, fastwrite
 from rafka.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
@@ -88,25 +89,14 @@ def limit_hits() -> Counter:
 
 
 class _LimitLog:
-    """Log a limit hit at most once per ``interval`` seconds per limit, counting the rest."""
+    """Count every limit hit; log one a second per limit, saying how many were skipped."""
 
-    def __init__(self, interval: float = 1.0) -> None:
-        self.interval = interval
-        self.next: dict[str, float] = {}
-        self.suppressed: dict[str, int] = {}
+    def __init__(self) -> None:
+        self.lines = Throttled(log)
 
     def hit(self, limit: str, msg: str, *args: Any) -> None:
         limit_hits().labels(limit).inc()
-        now = time.monotonic()
-        if now < self.next.get(limit, 0.0):
-            self.suppressed[limit] = self.suppressed.get(limit, 0) + 1
-            return
-        self.next[limit] = now + self.interval
-        skipped = self.suppressed.pop(limit, 0)
-        if skipped:
-            msg += " (%d more %s hits since the last line)"
-            args = (*args, skipped, limit)
-        log.warning(msg, *args)
+        self.lines.warning(f"{limit} hits", msg, *args)
 
 
 LIMIT_LOG = _LimitLog()

@@ -265,3 +265,22 @@ def test_a_requests_next_op_leaves_when_the_reply_that_resumed_it_has_been_handl
         await _until(request.done, 5)
 
     asyncio.run(_with_router(tmp_path, scenario))
+
+
+def test_a_gateway_that_was_stopped_does_not_blame_the_shards_for_its_own_silence(tmp_path: Path) -> None:
+    """Stopped (SIGSTOP, a paused VM) for longer than ``dead_after``, the gateway sent no pings;
+    on resuming it pings and waits for the answers instead of marking live shards down and
+    failing what they hold."""
+
+    async def scenario(router: ShardRouter, shard: StandInShard) -> None:
+        held = router.call(0, Op.OFFSET_COMMIT, "org", {})
+        await _until(lambda: len(shard.held) == 1, 5)
+        up_since = router.up_since(0)
+        time.sleep(router.dead_after * 2)  # noqa: ASYNC251 (the point: the gateway's loop does not run)
+        await asyncio.sleep(router.ping_interval * 4)
+        assert router.is_alive(0) and router.up_since(0) == up_since, "never marked down"
+        assert not held.done(), "what the shard holds was not failed"
+        shard.answer_held()
+        assert (await asyncio.wait_for(held, 5))["answered"] > 0
+
+    asyncio.run(_with_router(tmp_path, scenario))

@@ -23,10 +23,12 @@ from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.errors import Err, shard_down_error
 from rafka.gateway.handlers.kafka import CLUSTER_ID, broker
 from rafka.gateway.router import ShardUnavailable
+from rafka.logs import Throttled
 from rafka.protocol.records import LEADER_EPOCH
 from rafka.rail import Op
 
 log = logging.getLogger("rafka.gateway")
+_LINES = Throttled(log)
 
 
 def group_call(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, Any]) -> asyncio.Future[Any]:
@@ -90,7 +92,9 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
                 known = topic_cache(ctx).last_known(ctx.org_id, names)
                 if known is None:
                     raise
-                log.warning("metadata: topic catalogue unavailable, answering from the gateway's cache")
+                # a client that re-asks at once (librdkafka's leader query) would repeat it thousands of times a second
+                _LINES.warning("metadata answers from the cache",
+                               "metadata: topic catalogue unavailable, answering from the gateway's cache")
                 resp = {"topics": known}
             else:
                 if names is None:
