@@ -516,6 +516,43 @@ def test_create_topics_with_a_manual_replica_assignment(rafka: Rafka) -> None:
     assert create([(0, [0])], partitions=1)["error_code"] == 42  # a count as well as an assignment
 
 
+def test_a_partition_whose_shard_is_down_is_offline_in_metadata(tmp_path: Path) -> None:
+    """While a data shard is down, Metadata gives its partitions LEADER_NOT_AVAILABLE and leader
+    -1, as Kafka does for a partition with no live leader, and the others leader 0; when it is
+    back they are led again. With "leader 0" throughout, a librdkafka consumer fetched, failed
+    and asked for metadata again ~2,000 times a second until the shard was back."""
+    broker = Rafka(tmp_path / "data", shards=2).start()
+    try:
+        topic = spread_name("off", 4)
+        create_topic(broker.bootstrap, topic, 4)
+        catalogue = ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, "\0topics"), 2)
+        owner = {p: ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, topic, p), 2) for p in range(4)}
+        offline = sorted(p for p in range(4) if owner[p] != catalogue)
+
+        def partitions() -> dict[int, tuple[int, int]]:
+            with RawClient("127.0.0.1", broker.port) as c:
+                md = c.request(3, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                       "allow_auto_topic_creation": False})
+            return {p["partition_index"]: (p["error_code"], p["leader_id"]) for p in md["topics"][0]["partitions"]}
+
+        def until(expected: dict[int, tuple[int, int]]) -> None:
+            deadline = time.monotonic() + 15
+            while partitions() != expected and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert partitions() == expected
+
+        until({p: (0, 0) for p in range(4)})
+        pid = broker.children()[f"rafka-shard-{1 - catalogue}"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            until({p: (5, -1) if p in offline else (0, 0) for p in range(4)})  # 5: LEADER_NOT_AVAILABLE
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        until({p: (0, 0) for p in range(4)})
+    finally:
+        broker.stop()
+
+
 def test_the_catalogues_shard_down_stops_neither_other_partitions_nor_pattern_subscribers(tmp_path: Path) -> None:
     """While the shard holding the topic catalogue is down, the gateway answers from its last
     known metadata, as a Kafka broker serves its metadata cache: produce to partitions on the

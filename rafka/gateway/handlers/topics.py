@@ -51,16 +51,29 @@ def catalog_call(ctx: RequestContext, op: Op, payload: dict[str, Any]) -> asynci
 def _topic_entry(ctx: RequestContext, t: dict[str, Any], operations: int = acl.OMITTED) -> dict[str, Any]:
     node = ctx.gateway.node_id
     topic_id = t.get("topic_id")
+    router = ctx.gateway.router
+    name = t["name"]
     return {
         "error_code": t.get("error_code", 0),
-        "name": t["name"],
+        "name": name,
         "topic_id": uuid.UUID(topic_id) if topic_id else uuid.UUID(int=0),
-        "is_internal": t["name"] in INTERNAL_TOPICS,
-        "partitions": [{"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
-                        "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
+        "is_internal": name in INTERNAL_TOPICS,
+        "partitions": [_partition_entry(p, node, router.is_alive(router.shard_for_partition(ctx.org_id, name, p)))
                        for p in range(t.get("partitions", 0))],
         "topic_authorized_operations": operations,  # Kafka sets it on topics answered with an error too
     }
+
+
+def _partition_entry(p: int, node: int, up: bool) -> dict[str, Any]:
+    """A partition led by this broker; one whose shard is down is offline, as Kafka answers for a
+    partition with no live leader: LEADER_NOT_AVAILABLE, leader -1. A client then waits for
+    the leader with its metadata back-off, where "leader 0" had it fetch, fail and ask again
+    in a loop (librdkafka's leader query, ~2,000 a second)."""
+    if up:
+        return {"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
+                "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
+    return {"error_code": Err.LEADER_NOT_AVAILABLE, "partition_index": p, "leader_id": -1,
+            "leader_epoch": LEADER_EPOCH, "replica_nodes": [node], "isr_nodes": [], "offline_replicas": [node]}
 
 
 @api(3, 0, 12, "kafka.metadata")
