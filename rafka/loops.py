@@ -100,11 +100,10 @@ class IdlePoll:
         if not self.budget:
             return
         self._last = now = _clock()
-        loop = asyncio.get_running_loop()
-        if not self._polling or loop is not self._loop:  # a new loop: the old one's episode ended with it
+        if not self._polling or self._loop.is_closed():  # type: ignore[union-attr]  # (its episode ended with it)
+            loop = self._loop = asyncio.get_running_loop()  # once per episode: each lookup is a getpid() on 3.11
             self._polling = True
             self._started = now
-            self._loop = loop
             loop.call_soon(self._poll)
 
     def _poll(self) -> None:
@@ -171,4 +170,36 @@ def _read(path: str) -> str | None:
 idle_poll = IdlePoll()
 """This process's idle polling, configured at start from ``--idle-poll-us``."""
 
-__all__ = ["IdlePoll", "asyncio", "cgroup_cpu_quota", "die_with_parent", "idle_poll", "polling_pays", "run", "set_process_name", "tune_gc"]
+
+class Soon:
+    """``fn``, run at the end of the read that asked for it, else on the next loop pass.
+
+    How this works: work that many events share (a gateway sending each shard the ops
+    queued for it, or writing the responses a reply message completed; a shard committing
+    its log and releasing the replies) is asked for with ``soon()``, which queues one loop
+    callback. The reader that caused it calls the object itself once its read has been
+    handled, so the work is not a loop pass late, and the queued callback then finds
+    nothing due.
+    """
+
+    __slots__ = ("_due", "_fn")
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._fn = fn
+        self._due = False
+
+    def soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._due:
+            self._due = True
+            loop.call_soon(self._on_pass)
+
+    def _on_pass(self) -> None:
+        if self._due:
+            self()
+
+    def __call__(self) -> None:
+        self._due = False
+        self._fn()
+
+
+__all__ = ["IdlePoll", "Soon", "asyncio", "cgroup_cpu_quota", "die_with_parent", "idle_poll", "polling_pays", "run", "set_process_name", "tune_gc"]

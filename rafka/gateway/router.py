@@ -43,6 +43,7 @@ from typing import Any
 
 from rafka import ids
 from rafka.gateway.inline import ReplyFuture
+from rafka.loops import Soon
 from rafka.rail import Op, Status, pack, unpack
 from rafka.zmtp import Dealer
 
@@ -110,7 +111,7 @@ class ShardRouter:
         self.dead_after = dead_after
         self.give_up_after = give_up_after
         self._ids = itertools.count(1)
-        self._flush_scheduled = False
+        self.flush = Soon(self._send_queued)  # send every shard the envelopes queued for it
         self._shards = [_Shard(i, ep) for i, ep in enumerate(endpoints)]
         for s in self._shards:
             # a dealer queues nothing while it has no connection: what was sent to a dead process is
@@ -197,14 +198,10 @@ class ShardRouter:
         rid = next(self._ids)
         s.pending[rid] = (fut, time.monotonic(), op)
         s.outbox.append([rid, int(op), org_id, trace, payload])
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self.flush)
+        self.flush.soon(loop)
         return fut
 
-    def flush(self) -> None:
-        """Send every shard the envelopes queued for it."""
-        self._flush_scheduled = False
+    def _send_queued(self) -> None:
         for s in self._shards:
             if s.outbox:
                 batch, s.outbox = s.outbox, []

@@ -59,7 +59,7 @@ from rafka.gateway.inline import InlineRequest
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
 from rafka.logs import Throttled
-from rafka.loops import idle_poll
+from rafka.loops import Soon, idle_poll
 from rafka.protocol import codec, fastread, fastwrite
 from rafka.protocol.framing import FrameDecoder, FrameError, FrameTooLarge
 
@@ -148,7 +148,7 @@ class Gateway:
 
         self.reconciler = LogReconciler(router)  # brings back shards' logs in line with the catalogue
         self._due: list[KafkaConnection] = []  # connections with responses to write (write_soon)
-        self._due_scheduled = False
+        self.write_due = Soon(self._write_due)  # one write per connection of the responses completed since
         router.on_replies = self.write_due  # a reply message's answers go out when it has been handled
         from rafka.gateway import handlers  # noqa: F401  (registers every API)
 
@@ -160,16 +160,9 @@ class Gateway:
         """``conn`` has responses to write: at the end of the reply message that completed them
         (``write_due``), or on the next loop pass, whichever comes first."""
         self._due.append(conn)
-        if not self._due_scheduled:
-            self._due_scheduled = True
-            conn.loop.call_soon(self._write_due_now)
+        self.write_due.soon(conn.loop)
 
-    def _write_due_now(self) -> None:
-        self._due_scheduled = False
-        self.write_due()
-
-    def write_due(self) -> None:
-        """Write the responses completed since the last call, one write per connection."""
+    def _write_due(self) -> None:
         due, self._due = self._due, []
         for conn in due:
             conn.write_ready()

@@ -84,7 +84,7 @@ class ShardRuntime:
         self.loading = False
         self._outbox: dict[bytes, list[list[Any]]] = defaultdict(list)
         self._unsent: deque[tuple[Any, dict[bytes, list[list[Any]]]]] = deque()  # (durable future, outbox)
-        self._flush_scheduled = False
+        self._flush = loops.Soon(self._release)  # commit the log, then release the replies it holds
         self._router: zmtp.Router | None = None
         self._stopping = asyncio.Event()
         self.failed = False  # the write-ahead log failed: the process exits non-zero to be restarted
@@ -109,7 +109,7 @@ class ShardRuntime:
             self.fail(str(exc))
         except Exception:  # EntryTooLarge too: nothing was written
             log.exception("timer %s failed", key)
-        self._schedule_flush()
+        self._flush.soon(asyncio.get_running_loop())
 
     def fail(self, why: str) -> None:
         """The write-ahead log failed: send the replies already durable, none queued after them
@@ -133,7 +133,7 @@ class ShardRuntime:
                 return
             done = True
             self._outbox[ident].append([rid, int(Status.OK), payload])
-            self._schedule_flush()
+            self._flush.soon(asyncio.get_running_loop())
 
         return respond
 
@@ -170,17 +170,7 @@ class ShardRuntime:
 
         return respond_instrumented
 
-    def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._scheduled_flush)
-
-    def _scheduled_flush(self) -> None:
-        if self._flush_scheduled:  # else the end of a rail read has flushed since
-            self._flush()
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
+    def _release(self) -> None:
         try:
             durable = self.state.commit()  # replies wait until their records are durable
         except WalError as exc:
