@@ -182,15 +182,19 @@ class Soon:
     nothing due.
     """
 
-    __slots__ = ("_due", "_fn")
+    __slots__ = ("_due", "_fn", "_loop")
 
     def __init__(self, fn: Callable[[], None]) -> None:
         self._fn = fn
         self._due = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def soon(self, loop: asyncio.AbstractEventLoop) -> None:
+    def soon(self) -> None:
         if not self._due:
             self._due = True
+            loop = self._loop
+            if loop is None or not loop.is_running():  # looked up once: on 3.11 that costs a getpid() syscall
+                loop = self._loop = asyncio.get_running_loop()
             loop.call_soon(self._on_pass)
 
     def _on_pass(self) -> None:

@@ -198,7 +198,7 @@ class ShardRouter:
         rid = next(self._ids)
         s.pending[rid] = (fut, time.monotonic(), op)
         s.outbox.append([rid, int(op), org_id, trace, payload])
-        self.flush.soon(loop)
+        self.flush.soon()
         return fut
 
     def _send_queued(self) -> None:

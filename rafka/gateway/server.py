@@ -160,7 +160,7 @@ class Gateway:
         """``conn`` has responses to write: at the end of the reply message that completed them
         (``write_due``), or on the next loop pass, whichever comes first."""
         self._due.append(conn)
-        self.write_due.soon(conn.loop)
+        self.write_due.soon()
 
     def _write_due(self) -> None:
         due, self._due = self._due, []

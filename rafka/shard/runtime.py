@@ -109,7 +109,7 @@ class ShardRuntime:
             self.fail(str(exc))
         except Exception:  # EntryTooLarge too: nothing was written
             log.exception("timer %s failed", key)
-        self._flush.soon(asyncio.get_running_loop())
+        self._flush.soon()
 
     def fail(self, why: str) -> None:
         """The write-ahead log failed: send the replies already durable, none queued after them
@@ -133,7 +133,7 @@ class ShardRuntime:
                 return
             done = True
             self._outbox[ident].append([rid, int(Status.OK), payload])
-            self._flush.soon(asyncio.get_running_loop())
+            self._flush.soon()
 
         return respond
 
