@@ -211,61 +211,160 @@ def _field_writer(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -
     raise NotImplementedError(f"field {field.name}: unsupported kind {kind!r}")
 
 
+def _tags(out: bytearray, d: Any, tagged: tuple[tuple[int, str, Any, Write], ...]) -> None:
+    """A struct's tagged fields: those that differ from their default, in tag order."""
+    get = d.get
+    fields_out: list[tuple[int, bytearray]] = []
+    for tag, name, default, w in tagged:
+        v = get(name)
+        if v is None or _op_form(v) == default:
+            continue
+        buf = bytearray()
+        w(buf, v)
+        fields_out.append((tag, buf))
+    _uvarint(out, len(fields_out))
+    for tag, buf in fields_out:
+        _uvarint(out, tag)
+        _uvarint(out, len(buf))
+        out += buf
+
+
+# kafka type -> struct code of the fixed-size fields the generated code packs in runs
+_CODES = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint8": "B", "uint16": "H", "uint32": "I",
+          "uint64": "Q", "error_code": "h", "timedelta_i32": "i", "timedelta_i64": "q", "float64": "d", "bool": "?"}
+
+
+def _block(head: str, lines: list[str]) -> list[str]:
+    return [head] + ["    " + line for line in lines]
+
+
+class _Gen:
+    """Source generation, as ``fastread`` does for requests: nested structs are inlined (their
+    locals suffixed by depth) and each run of fixed-size fields is one ``struct.pack``."""
+
+    def __init__(self) -> None:
+        self.ns: dict[str, Any] = {"_num": _num, "_uvarint": _uvarint, "_uuid": _uuid, "_tags": _tags,
+                                   "_h": struct.Struct(">h").pack, "_i": struct.Struct(">i").pack,
+                                   "_head": struct.Struct(">Ii").pack, "_size": struct.Struct(">I").pack}
+
+    def const(self, value: Any) -> str:
+        name = f"_k{len(self.ns)}"
+        self.ns[name] = value
+        return name
+
+    def literal(self, value: Any) -> str:
+        """Source for an immutable default (its literal), else a shared constant (never mutated)."""
+        if value is None or type(value) in (int, str, bool, float):
+            return repr(value)
+        return self.const(value)
+
+    def pack(self, run: list[tuple[str, str]]) -> list[str]:
+        """Write a run of (variable, kafka type) fixed-size fields with one pack; op-form numbers pass
+        as they are, anything else (error-code enums, timedeltas) through ``_num``."""
+        if not run:
+            return []
+        pack = self.const(struct.Struct(">" + "".join(_CODES[t] for _, t in run)).pack)
+        args = [v if t == "bool" else f"{v} if type({v}) is int else _num({v})" for v, t in run]
+        return [f"out += {pack}({', '.join(args)})"]
+
+    def sized(self, ktype: str, flexible: bool, v: str) -> list[str]:
+        """A string or bytes ``v`` (None writes null, as kio does where the field is nullable)."""
+        encode = f"b = {v}.encode() if type({v}) is str else {v}"
+        if flexible:
+            return _block(f"if {v} is None: out.append(0)", []) + _block("else:", [
+                encode, "n = len(b) + 1", "if n < 0x80: out.append(n)", "else: _uvarint(out, n)", "out += b"])
+        null, size = ('b"\\xff\\xff"', "_h") if ktype == "string" else ('b"\\xff\\xff\\xff\\xff"', "_i")
+        return [f"if {v} is None: out += {null}", *_block("else:", [encode, f"out += {size}(len(b))", "out += b"])]
+
+    def primitive(self, ktype: str, flexible: bool, nullable: bool, v: str) -> list[str]:
+        """Write primitive ``v`` that is not part of a run."""
+        if ktype in _CODES:
+            return self.pack([(v, ktype)])
+        if ktype in ("string", "bytes", "records"):
+            return self.sized(ktype, flexible, v)
+        if ktype == "uuid":
+            return [f"_uuid(out, {v})"]
+        if ktype == "datetime_i64":
+            return [f"{self.const(_datetime(nullable))}(out, {v})"]
+        raise NotImplementedError(f"no writer for Kafka type {ktype!r}")
+
+    def array(self, items: list[str], flexible: bool, v: str, d: int) -> list[str]:
+        """Write list ``v``, each element ``x{d}`` by ``items``."""
+        if flexible:
+            count = ["n = len(" + v + ") + 1", "if n < 0x80: out.append(n)", "else: _uvarint(out, n)"]
+            head = [f"if {v} is None: out.append(0)"]
+        else:
+            count = [f"out += _i(len({v}))"]
+            head = [f'if {v} is None: out += b"\\xff\\xff\\xff\\xff"']
+        return head + _block("else:", [*count, *_block(f"for x{d} in {v}:", items)])
+
+    def struct(self, cls: type, src: str, d: int) -> list[str]:
+        """Statements writing the dict ``src`` as struct ``cls`` at nesting depth ``d``."""
+        from rafka.protocol.codec import _from_op_plan
+
+        flexible = bool(cls.__flexible__)  # type: ignore[attr-defined]
+        defaults = {name: (default, optional) for name, _elem, _base, default, optional in _from_op_plan(cls)}
+        body = [f"g{d} = {src}.get"]
+        run: list[tuple[str, str]] = []
+        tagged: list[tuple[int, str, Any, Write]] = []
+        for i, field in enumerate(dataclasses.fields(cls)):
+            default, optional = defaults[field.name]
+            tag = get_field_tag(field)
+            if tag is not None:
+                tagged.append((int(tag), field.name, _op_form(default), _field_writer(field, flexible, True)))
+                continue
+            v, k = f"v{d}_{i}", self.literal(_op_form(default))
+            body.append(f"{v} = g{d}({field.name!r}, {k})")
+            if not optional and k != "None":
+                body.append(f"if {v} is None: {v} = {k}")
+            kind = classify_field(field)
+            if isinstance(kind, PrimitiveField) and get_schema_field_type(field) in _CODES:
+                run.append((v, get_schema_field_type(field)))
+                continue
+            body += self.pack(run)
+            run = []
+            if isinstance(kind, PrimitiveField):
+                body += self.primitive(get_schema_field_type(field), flexible, optional, v)
+            elif isinstance(kind, PrimitiveTupleField):
+                body += self.array(self.primitive(get_schema_field_type(field), flexible, False, f"x{d}"), flexible, v, d)
+            elif isinstance(kind, EntityField):
+                inner = self.struct(kind.type_, v, d + 1)
+                body += [f"if {v} is None: out.append(0xFF)", *_block("else:", ["out.append(1)", *inner])] if optional else inner
+            elif isinstance(kind, EntityTupleField):
+                body += self.array(self.struct(kind.type_, f"x{d}", d + 1), flexible, v, d)
+            else:
+                raise NotImplementedError(f"field {field.name}: unsupported kind {kind!r}")
+        body += self.pack(run)
+        if flexible:
+            tagged.sort(key=lambda t: t[0])
+            body.append(f"_tags(out, {src}, {self.const(tuple(tagged))})" if tagged else "out.append(0)")
+        return body
+
+    def compile(self, name: str, head: str, lines: list[str]) -> Callable[..., Any]:
+        source = "\n    ".join([head, *lines]) + "\n"
+        ns = dict(self.ns)
+        exec(compile(source, name, "exec"), ns)  # noqa: S102
+        return ns[head[4:head.index("(")]]  # type: ignore[no-any-return]
+
+
+_GEN = _Gen()
+
+
 @cache
 def writer(cls: type) -> Write:
     """The dict writer for kio entity class ``cls``."""
-    from rafka.protocol.codec import _from_op_plan
+    return _GEN.compile(f"<fastwrite {cls.__module__}.{cls.__qualname__}>", "def write(out, d0):",
+                        _GEN.struct(cls, "d0", 0))
 
-    flexible = bool(cls.__flexible__)
-    defaults = {name: (default, optional) for name, _elem, _base, default, optional in _from_op_plan(cls)}
-    plain: list[tuple[str, Any, bool, Write]] = []
-    tagged: list[tuple[int, str, Any, Write]] = []
-    for field in dataclasses.fields(cls):
-        default, optional = defaults[field.name]
-        tag = get_field_tag(field)
-        if tag is None:
-            plain.append((field.name, _op_form(default), optional, _field_writer(field, flexible, False)))
-        else:
-            tagged.append((int(tag), field.name, _op_form(default), _field_writer(field, flexible, True)))
-    tagged.sort(key=lambda t: t[0])
-    plain_t = tuple(plain)
-    tagged_t = tuple(tagged)
 
-    def write(out: bytearray, d: Any) -> None:
-        get = d.get
-        for name, default, optional, w in plain_t:
-            v = get(name, default)
-            if v is None and not optional:
-                v = default
-            w(out, v)
-        if not flexible:
-            return
-        if not tagged_t:
-            out.append(0)
-            return
-        fields_out: list[tuple[int, bytearray]] = []
-        for tag, name, default, w in tagged_t:
-            v = get(name)
-            if v is None or _op_form(v) == default:
-                continue
-            buf = bytearray()
-            w(buf, v)
-            fields_out.append((tag, buf))
-        _uvarint(out, len(fields_out))
-        for tag, buf in fields_out:
-            _uvarint(out, tag)
-            _uvarint(out, len(buf))
-            out += buf
-
-    return write
+@cache
+def _encoder(cls: type) -> Callable[[int, dict[str, Any]], bytes]:
+    """``encode_response`` of ``cls``: its header and body in one generated function."""
+    header = ["out = bytearray(_head(0, cid))"] + (["out.append(0)"] if cls.__header_schema__.__flexible__ else [])
+    return _GEN.compile(f"<fastwrite {cls.__module__}.{cls.__qualname__}>", "def encode(cid, d0):", [
+        *header, *_GEN.struct(cls, "d0", 0), "out[0:4] = _size(len(out) - 4)", "return bytes(out)"])
 
 
 def encode_response(cls: type, correlation_id: int, data: dict[str, Any]) -> bytes:
     """``data`` encoded as ``cls`` with its response header, size-prefixed (same bytes as kio)."""
-    out = bytearray(b"\0\0\0\0")
-    out += correlation_id.to_bytes(4, "big", signed=True)
-    if cls.__header_schema__.__flexible__:
-        out.append(0)  # no tagged fields in the response header
-    writer(cls)(out, data)
-    out[0:4] = (len(out) - 4).to_bytes(4, "big")
-    return bytes(out)
+    return _encoder(cls)(correlation_id, data)
