@@ -34,6 +34,21 @@ def test_a_zero_ttl_cache_keeps_the_answer_it_just_stored() -> None:
     assert all(("o", f"id-{i}") in cache._by_id for i in range(3000))
 
 
+def test_fresh_answers_only_when_every_name_is_cached_and_unexpired() -> None:
+    """The no-coroutine path known_partitions takes for commits: an expired or missing entry, or
+    another organisation's, sends the lookup to the catalogue."""
+    import time
+
+    cache = TopicCache(ttl=60)
+    now = time.monotonic()
+    cache._store("o", {"name": "a", "topic_id": "id-a", "partitions": 2}, now=now)
+    cache._store("o", {"name": "old", "topic_id": "id-old", "partitions": 1}, now=now - 61)
+    assert cache.fresh("o", ["a"]) == {"a": {"name": "a", "topic_id": "id-a", "partitions": 2}}
+    assert cache.fresh("o", ["a", "old"]) is None, "expired"
+    assert cache.fresh("o", ["a", "b"]) is None, "never looked up"
+    assert cache.fresh("o2", ["a"]) is None, "another organisation's"
+
+
 def test_commits_go_ahead_unchecked_while_the_catalogue_cannot_answer() -> None:
     """known_partitions refuses partitions the catalogue does not know; a catalogue that
     cannot answer must not stop commits."""
@@ -45,6 +60,9 @@ def test_commits_go_ahead_unchecked_while_the_catalogue_cannot_answer() -> None:
     class Cache:
         def __init__(self, answer: dict[str, object] | None) -> None:
             self.answer = answer
+
+        def fresh(self, org_id: str, names: list[str]) -> None:
+            return None  # nothing cached: known_partitions asks the catalogue
 
         async def lookup(self, ctx: object, names: list[str], auto_create: bool) -> dict[str, object]:
             if self.answer is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -178,10 +179,20 @@ class TopicCache:
             for key in [k for k, (_, t) in cache.items() if k[0] == org_id and (names is None or t["name"] in names)]:
                 del cache[key]
 
+    def fresh(self, org_id: str, names: list[str]) -> dict[str, dict[str, Any] | None] | None:
+        """``lookup``'s answer when every name has a fresh entry (no coroutine), else None."""
+        now = time.monotonic()
+        out: dict[str, dict[str, Any] | None] = {}
+        by_name = self._by_name
+        for n in names:
+            hit = by_name.get((org_id, n))
+            if hit is None or hit[0] <= now:
+                return None
+            out[n] = hit[1]
+        return out
+
     async def lookup(self, ctx: RequestContext, names: list[str], auto_create: bool) -> dict[str, dict[str, Any] | None]:
         """Topic info by name (None for a topic that does not exist)."""
-        import time
-
         now = time.monotonic()
         out: dict[str, dict[str, Any] | None] = {}
         missing = []
@@ -208,8 +219,6 @@ class TopicCache:
     def listed(self, org_id: str, topics: list[dict[str, Any]]) -> None:
         """Remember a full listing of the organisation's topics (Metadata for every topic); the
         topics the last one had and this one lacks were deleted, by whichever gateway."""
-        import time
-
         now = time.monotonic()
         previous = self._listings.get(org_id, {})
         listing = self._listings[org_id] = {}
@@ -238,8 +247,6 @@ class TopicCache:
 
     async def by_id(self, ctx: RequestContext, topic_id: str) -> dict[str, Any] | None:
         """Topic info by id (refreshes the whole organisation's list on a miss)."""
-        import time
-
         now = time.monotonic()
         hit = self._by_id.get((ctx.org_id, topic_id))
         if hit and hit[0] > now:
@@ -278,19 +285,23 @@ async def known_partitions(ctx: RequestContext, topics: list[dict[str, Any]]) ->
     """Split an (Txn)OffsetCommit's or OffsetDelete's ``topics`` into the partitions that exist and, in response
     form, UNKNOWN_TOPIC_OR_PARTITION for the rest, as Kafka checks commits against its metadata.
     While the catalogue cannot answer, every partition goes ahead unchecked."""
-    try:
-        infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in topics], False)
-    except Exception:
-        return topics, []
+    cache = topic_cache(ctx)
+    names = [t["name"] for t in topics]
+    infos = cache.fresh(ctx.org_id, names)
+    if infos is None:
+        try:
+            infos = await cache.lookup(ctx, names, False)
+        except Exception:
+            return topics, []
     known: list[dict[str, Any]] = []
     unknown: list[dict[str, Any]] = []
     for t in topics:
         info = infos.get(t["name"])
         count = info["partitions"] if info is not None else 0
-        exists = [0 <= p["partition_index"] < count for p in t["partitions"]]
-        if all(exists):
+        if all(0 <= p["partition_index"] < count for p in t["partitions"]):
             known.append(t)
             continue
+        exists = [0 <= p["partition_index"] < count for p in t["partitions"]]
         if any(exists):
             known.append({**t, "partitions": [p for p, ok in zip(t["partitions"], exists) if ok]})
         unknown.append({"name": t["name"], "partitions": [
