@@ -3,12 +3,14 @@
 How this works: kio's writer validates every value by constructing typed entities
 first (``codec.from_op``), which costs ~45 µs for even a tiny OffsetCommit response —
 the largest single cost per request in the gateway (see BENCHMARKS.md). This module
-compiles, once per kio response class, a plan of small writer closures from the same
-schema metadata kio uses (each field's ``kafka_type``, tag, optionality and the
-class's flexible flag) and runs it over the handler's dict, appending to one
-``bytearray``. Missing keys and ``None`` for non-nullable fields take the same
-defaults ``codec.from_op`` uses, tagged fields are written only when they differ
-from their default, in tag order — so the bytes are identical to kio's, which
+generates, once per kio response class, straight-line Python from the same schema
+metadata kio uses (each field's ``kafka_type``, tag, optionality and the class's
+flexible flag), as ``fastread`` does for requests: nested structs are inlined, each run
+of fixed-size fields is one ``struct.pack``, and the response header is written by the
+same function, appending to one ``bytearray``. Missing keys and ``None`` for
+non-nullable fields take the same defaults ``codec.from_op`` uses; tagged fields (rare)
+go through small writer closures and are written only when they differ from their
+default, in tag order — so the bytes are identical to kio's, which
 ``tests/protocol/test_fastwrite.py`` checks for every API and version the gateway
 serves. Values may be in op form (ms ints, error-code ints) or kio form.
 """
