@@ -13,8 +13,9 @@ that fit no stream, are ignored with a log line); each entry is
 ``u32 length | u32 crc32c | msgpack [[type, key, value], ...]`` — the records one
 ``append`` call gives that stream, written and checksummed as one unit, so a torn
 write loses a whole op's records or none, and recovery decodes thousands of
-records per call into C. Appends go straight to
-the file (page cache), into space allocated ahead in chunks (``posix_fallocate``,
+records per call into C. The entries appended between two commits are written to
+the file (page cache) together, one system call per stream, when ``commit()`` runs
+(before anything waits on them), into space allocated ahead in chunks (``posix_fallocate``,
 an eighth of the segment so far, 64 KiB to 4 MiB): an fsync that must also record
 a new file size costs a journal commit more (measured here: 215 µs against 140 µs
 per fdatasync). The unused zeros after the last entry are the end of the segment's
@@ -188,7 +189,9 @@ class Stream:
         self.segment_bytes = segment_bytes
         self.fd: int | None = None
         self.seq = 0
-        self.size = 0  # bytes of entries in the active segment
+        self.size = 0  # bytes of entries in the active segment (those still pending too)
+        self._pending: list[bytes] = []  # entries appended since the last write, which ``write`` makes one
+        self._pending_at = 0  # where the first of them goes
         self.allocated = 0  # its length on disk: entries, then zeros allocated ahead
         self.dirty = False
         self.lock = threading.Lock()  # guards the fd against the syncer and the compactor
@@ -293,22 +296,37 @@ class Stream:
                 self._make_dir()
                 self._open(self.seq)
             if self.size and (roll or self.size + len(data) > self.segment_bytes):
+                self._write_pending()
                 self._roll()
                 rolled = True
             if self.size + len(data) > self.allocated:
                 self._allocate(self.size + len(data))
-            self._write_all(data)
+            if not self._pending:
+                self._pending_at = self.size
+            self._pending.append(data)
             self.size += len(data)
             self.dirty = True
             self.appends += 1
             if self.data and self._note(self.seq, records):
+                self._write_pending()  # the drop is in the file before the segments it ends go
                 self._unlink_sealed(self.seq)
         return rolled
 
-    def _write_all(self, data: bytes) -> None:
-        """Write the whole entry or nothing: a short write (a full disk) is cut off again and
-        raised, so no torn entry sits before later, acknowledged ones."""
-        at = self.size
+    def write(self) -> None:
+        """Write the entries appended since the last write, with one system call (``commit``
+        does, before anything waits on them)."""
+        with self.lock:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Write the pending entries whole or not at all: a short write (a full disk) is cut off
+        again and raised, so no torn entry sits before later, acknowledged ones; the entries are
+        then lost, and the shard that could not write them stops and replays what is on disk."""
+        if not self._pending:
+            return
+        at = start = self._pending_at
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending = []
         try:
             view: bytes | memoryview = data
             n = os.pwrite(self.fd, view, at)  # type: ignore[arg-type]
@@ -316,8 +334,8 @@ class Stream:
                 view, at = memoryview(view)[n:], at + n
                 n = os.pwrite(self.fd, view, at)  # type: ignore[arg-type]
         except OSError:
-            os.ftruncate(self.fd, self.size)  # type: ignore[arg-type]
-            self.allocated = self.size
+            os.ftruncate(self.fd, start)  # type: ignore[arg-type]
+            self.allocated = self.size = start
             raise
 
     def _note(self, seq: int, records: list[Record]) -> bool:
@@ -337,6 +355,7 @@ class Stream:
     def remove(self) -> None:
         """Delete the stream: its log is gone. Sealed segments go first, the one holding the drop last."""
         with self.lock:
+            self._pending = []
             if self.fd is not None:
                 os.close(self.fd)
                 self.fd = None
@@ -372,6 +391,7 @@ class Stream:
 
     def sync(self) -> None:
         with self.lock:
+            self._write_pending()
             if self.fd is not None and self.dirty:
                 os.fdatasync(self.fd)
                 self.dirty = False
@@ -396,6 +416,7 @@ class Stream:
         with self.lock:
             if self.fd is not None:
                 try:
+                    self._write_pending()
                     os.ftruncate(self.fd, self.size)  # the zeros allocated ahead go
                 finally:
                     os.close(self.fd)
@@ -606,6 +627,11 @@ class Wal:
         written, self._written = self._written, set()
         dropped, self._dropped = self._dropped, {}
         drops, self._drops = self._drops, []
+        try:
+            for s in written:  # one write per stream for all the ops since the last commit
+                s.write()
+        except OSError as exc:
+            raise WalError(str(exc)) from exc
         if self.fsync == "never":
             self._remove_dropped(dropped, drops)
             return None

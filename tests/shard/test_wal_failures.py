@@ -25,11 +25,13 @@ class FailingOs:
         self.short_write = False
         self.fail_sync = False
         self.delay = 0.0
+        self.writes = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
     def pwrite(self, fd: int, data: Any, offset: int) -> int:
+        self.writes += 1
         if self.short_write:
             self.short_write = False
             os.pwrite(fd, bytes(data[:7]), offset)  # the disk fills part-way through the entry
@@ -65,12 +67,28 @@ def failing(monkeypatch: pytest.MonkeyPatch) -> FailingOs:
 def test_a_full_disk_leaves_no_torn_entry_before_later_appends(tmp_path: Path, failing: FailingOs) -> None:
     w = Wal(tmp_path, set(range(4)), 4, fsync="never")
     w.append(commit(("o", "g"), 1))
+    w.commit()
     failing.short_write = True
+    w.append(commit(("o", "g"), 2))
     with pytest.raises(WalError):
-        w.append(commit(("o", "g"), 2))
+        w.commit()  # the appends since the last commit are written there
     w.append(commit(("o", "g"), 3))  # space came back
+    w.commit()
     w.close()
     assert recovered(tmp_path) == [1, 3], "nothing after the failure is cut off at recovery"
+
+
+def test_the_ops_between_two_commits_are_written_with_one_call(tmp_path: Path, failing: FailingOs) -> None:
+    """Each op's records stay an entry of their own (checksummed: a torn write loses whole ops),
+    but a burst of ops reaches the file in one write, at the commit that replies wait for."""
+    w = Wal(tmp_path, set(range(4)), 4, fsync="never")
+    for n in range(50):
+        w.append(commit(("o", "g"), n))
+    assert failing.writes == 0
+    assert w.commit() is None
+    assert failing.writes == 1
+    w.close()
+    assert recovered(tmp_path) == list(range(50))
 
 
 @pytest.mark.parametrize("policy", ["always", "batch"])  # batch: a short pass runs in place
