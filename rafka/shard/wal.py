@@ -560,7 +560,8 @@ class Wal:
 
     # -- live path ------------------------------------------------------------
     def append(self, records: list[Record]) -> None:
-        """Write ``records``: one entry per stream they touch, in order; ``WalError`` if that fails."""
+        """Append ``records``: one entry per stream they touch, in order, written at the next ``commit()``
+        (``WalError`` if a roll or a log drop that writes at once fails)."""
         try:
             self._append(records)
         except OSError as exc:
