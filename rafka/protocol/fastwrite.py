@@ -256,7 +256,7 @@ class _Gen:
 
     def literal(self, value: Any) -> str:
         """Source for an immutable default (its literal), else a shared constant (never mutated)."""
-        if value is None or type(value) in (int, str, bool, float):
+        if value is None or type(value) in (int, str, bool):
             return repr(value)
         return self.const(value)
 
