@@ -13,10 +13,14 @@ that fit no stream, are ignored with a log line); each entry is
 ``u32 length | u32 crc32c | msgpack [[type, key, value], ...]`` — the records one
 ``append`` call gives that stream, written and checksummed as one unit, so a torn
 write loses a whole op's records or none, and recovery decodes thousands of
-records per call into C. The entries appended between two commits are written to
-the file (page cache) together, one system call per stream, when ``commit()`` runs
-(before anything waits on them), into space allocated ahead in chunks (``posix_fallocate``,
-an eighth of the segment so far, 64 KiB to 4 MiB): an fsync that must also record
+records per call into C. Consecutive entries of one stream are written to the file
+(page cache) together, with one system call, when an append goes to another stream or
+``commit()`` runs (before anything waits on them): a burst of ops on one group or
+partition costs one write, and the files still receive entries in the order they were
+appended, so a process killed at any point leaves a prefix of the appends, as writing
+each entry at once did (a topic's drop record, say, is never in the file without the
+record before it that remembers the deletion). Entries go into space allocated ahead
+in chunks (``posix_fallocate``, an eighth of the segment so far, 64 KiB to 4 MiB): an fsync that must also record
 a new file size costs a journal commit more (measured here: 215 µs against 140 µs
 per fdatasync). The unused zeros after the last entry are the end of the segment's
 data; a segment is cut to its data when it rolls or closes. ``commit()`` makes
@@ -474,6 +478,7 @@ class Wal:
         self.fsync_seconds = 0.0  # moving average of one stream's fsync (batch: where the next pass runs)
         self.streams: dict[tuple[Any, ...], Stream] = {}
         self._written: set[Stream] = set()
+        self._buffered: Stream | None = None  # the one stream holding entries not yet written
         # data streams whose log was dropped since the last commit (with the append that dropped it),
         # then the same per commit, removed once that commit is durable
         self._dropped: _Dropped = {}
@@ -560,8 +565,8 @@ class Wal:
 
     # -- live path ------------------------------------------------------------
     def append(self, records: list[Record]) -> None:
-        """Append ``records``: one entry per stream they touch, in order, written at the next ``commit()``
-        (``WalError`` if a roll or a log drop that writes at once fails)."""
+        """Append ``records``: one entry per stream they touch, in order, each written once the next
+        append goes to another stream, or at ``commit()`` (``WalError`` if a write fails)."""
         try:
             self._append(records)
         except OSError as exc:
@@ -581,6 +586,12 @@ class Wal:
                 raise EntryTooLarge(f"an entry of {len(entry)} bytes exceeds the {MAX_ENTRY} a segment may hold")
         for key, recs, entry in entries:
             s = self._stream(key)
+            buffered = self._buffered
+            if buffered is not s:  # the file order of entries stays the order of appends
+                self._buffered = None
+                if buffered is not None:
+                    buffered.write()
+            self._buffered = s
             if not s.data:  # a meta stream: offsets, groups, topics, producers
                 if s.append(recs, entry):
                     self._compact_async(s)
@@ -603,6 +614,8 @@ class Wal:
         stream.remove()
         self.streams.pop(key, None)
         self._written.discard(stream)
+        if self._buffered is stream:
+            self._buffered = None
 
     def _remove_durable_drops(self) -> None:
         """Remove the dropped data streams whose batch fsync has completed."""
@@ -631,11 +644,12 @@ class Wal:
         written, self._written = self._written, set()
         dropped, self._dropped = self._dropped, {}
         drops, self._drops = self._drops, []
-        try:
-            for s in written:  # one write per stream for all the ops since the last commit
-                s.write()
-        except OSError as exc:
-            raise WalError(str(exc)) from exc
+        buffered, self._buffered = self._buffered, None
+        if buffered is not None:
+            try:
+                buffered.write()
+            except OSError as exc:
+                raise WalError(str(exc)) from exc
         if self.fsync == "never":
             self._remove_dropped(dropped, drops)
             return None

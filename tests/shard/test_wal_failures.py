@@ -104,6 +104,24 @@ def test_a_failed_fsync_is_an_error_and_leaves_the_stream_to_sync(tmp_path: Path
     w.close()
 
 
+def test_a_process_killed_before_the_commit_leaves_a_prefix_of_the_appends(tmp_path: Path) -> None:
+    """Entries wait to be written together, but reach the files in the order they were appended:
+    a topic delete's TOPIC_DROPPED (which remembers the deletion) is on disk before the partition's
+    drop record, whose append removes the log's sealed segments at once. Killed before the
+    commit, the files must not hold the drop without the record before it."""
+    key = ("o", "t", 0)
+    w = Wal(tmp_path, set(range(4)), 4, fsync="never")
+    w.append([Record(RecordType.PARTITION_BATCH, key, {"batch": bytes(61), "append_ms": 0, "roll": True})])
+    w.commit()
+    w.append(commit(("o", "g"), 7))  # another stream, appended before the delete
+    w.append([Record(RecordType.TOPIC_DROPPED, ("o", "t", 1), 3), Record(RecordType.PARTITION_TRUNCATE, key, None)])
+    # killed here: no commit, no close; the files hold what was written
+    after = Wal(tmp_path, set(range(4)), 4, fsync="never")
+    kinds = [r.type for records in after.recover() for r in records]
+    assert RecordType.TOPIC_DROPPED in kinds and RecordType.OFFSET_COMMIT in kinds
+    after.close()
+
+
 def test_a_dropped_log_is_removed_only_after_its_commit_is_durable(tmp_path: Path) -> None:
     w = Wal(tmp_path, set(range(4)), 4, fsync="batch", inline_fsync_under_ms=0)  # every pass on the syncer thread
     key = ("o", "t", 0)
