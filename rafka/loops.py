@@ -100,8 +100,8 @@ class IdlePoll:
         if not self.budget:
             return
         self._last = now = _clock()
-        if not self._polling or self._loop.is_closed():  # type: ignore[union-attr]  # (its episode ended with it)
-            loop = self._loop = asyncio.get_running_loop()  # once per episode: each lookup is a getpid() on 3.11
+        if not self._polling or not self._loop.is_running():  # type: ignore[union-attr]  # (its episode ended with it)
+            loop = self._loop = running_loop(self._loop)
             self._polling = True
             self._started = now
             loop.call_soon(self._poll)
@@ -171,6 +171,14 @@ idle_poll = IdlePoll()
 """This process's idle polling, configured at start from ``--idle-poll-us``."""
 
 
+def running_loop(known: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop:
+    """The running loop: ``known`` while it runs, else looked up (on 3.11 each lookup costs a
+    ``getpid()`` system call, so hot paths keep the loop they found)."""
+    if known is not None and known.is_running():
+        return known
+    return asyncio.get_running_loop()
+
+
 class Soon:
     """``fn``, run at the end of the read that asked for it, else on the next loop pass.
 
@@ -192,9 +200,7 @@ class Soon:
     def soon(self) -> None:
         if not self._due:
             self._due = True
-            loop = self._loop
-            if loop is None or not loop.is_running():  # looked up once: on 3.11 that costs a getpid() syscall
-                loop = self._loop = asyncio.get_running_loop()
+            loop = self._loop = running_loop(self._loop)
             loop.call_soon(self._on_pass)
 
     def _on_pass(self) -> None:
@@ -206,4 +212,4 @@ class Soon:
         self._fn()
 
 
-__all__ = ["IdlePoll", "Soon", "asyncio", "cgroup_cpu_quota", "die_with_parent", "idle_poll", "polling_pays", "run", "set_process_name", "tune_gc"]
+__all__ = ["IdlePoll", "Soon", "asyncio", "cgroup_cpu_quota", "die_with_parent", "idle_poll", "polling_pays", "run", "running_loop", "set_process_name", "tune_gc"]

@@ -8,9 +8,9 @@ metadata kio uses (each field's ``kafka_type``, tag, optionality and the class's
 flexible flag), as ``fastread`` does for requests: nested structs are inlined, each run
 of fixed-size fields is one ``struct.pack``, and the response header is written by the
 same function, appending to one ``bytearray``. Missing keys and ``None`` for
-non-nullable fields take the same defaults ``codec.from_op`` uses; tagged fields (rare)
-go through small writer closures and are written only when they differ from their
-default, in tag order — so the bytes are identical to kio's, which
+non-nullable fields take the same defaults ``codec.from_op`` uses; a tagged field is
+written, in tag order, only when it differs from its default — so the bytes are
+identical to kio's, which
 ``tests/protocol/test_fastwrite.py`` checks for every API and version the gateway
 serves. Values may be in op form (ms ints, error-code ints) or kio form.
 """
@@ -34,7 +34,6 @@ from kio.serial._introspect import (
     classify_field,
     get_field_tag,
     get_schema_field_type,
-    is_optional,
 )
 
 Write = Callable[[bytearray, Any], None]
@@ -49,15 +48,6 @@ def _uvarint(out: bytearray, n: int) -> None:
     out.append(n)
 
 
-def _packer(fmt: str) -> Write:
-    pack = struct.Struct(fmt).pack
-
-    def write(out: bytearray, v: Any) -> None:
-        out += pack(v if type(v) is int else _num(v))
-
-    return write
-
-
 def _num(v: Any) -> Any:
     """An op value as a plain number (error codes, timedeltas, bools, floats)."""
     if isinstance(v, enum.Enum):
@@ -65,44 +55,6 @@ def _num(v: Any) -> Any:
     if isinstance(v, datetime.timedelta):
         return round(v.total_seconds() * 1000)
     return v
-
-
-def _write_float(out: bytearray, v: Any) -> None:
-    out += struct.pack(">d", v)
-
-
-def _write_bool(out: bytearray, v: Any) -> None:
-    out.append(1 if v else 0)
-
-
-def _to_bytes(v: Any) -> bytes:
-    return v.encode() if isinstance(v, str) else v
-
-
-def _compact_str(out: bytearray, v: Any) -> None:
-    if v is None:
-        out.append(0)
-        return
-    b = _to_bytes(v)
-    _uvarint(out, len(b) + 1)
-    out += b
-
-
-def _legacy_str(out: bytearray, v: Any) -> None:
-    if v is None:
-        out += b"\xff\xff"
-        return
-    b = _to_bytes(v)
-    out += len(b).to_bytes(2, "big")
-    out += b
-
-
-def _legacy_bytes(out: bytearray, v: Any) -> None:
-    if v is None:
-        out += b"\xff\xff\xff\xff"
-        return
-    out += len(v).to_bytes(4, "big")
-    out += v
 
 
 def _uuid(out: bytearray, v: Any) -> None:
@@ -129,62 +81,6 @@ def _datetime(nullable: bool) -> Write:
     return write
 
 
-_FIXED = {"int8": ">b", "int16": ">h", "int32": ">i", "int64": ">q", "uint8": ">B", "uint16": ">H",
-          "uint32": ">I", "uint64": ">Q", "error_code": ">h", "timedelta_i32": ">i", "timedelta_i64": ">q"}
-
-
-def _primitive(kafka_type: str, flexible: bool, nullable: bool) -> Write:
-    if kafka_type in _FIXED:
-        return _packer(_FIXED[kafka_type])
-    if kafka_type == "bool":
-        return _write_bool
-    if kafka_type == "float64":
-        return _write_float
-    if kafka_type == "uuid":
-        return _uuid
-    if kafka_type == "datetime_i64":
-        return _datetime(nullable)
-    if kafka_type == "string":
-        return _compact_str if flexible else _legacy_str
-    if kafka_type in ("bytes", "records"):
-        return _compact_str if flexible else _legacy_bytes
-    raise NotImplementedError(f"no writer for Kafka type {kafka_type!r}")
-
-
-def _array(item: Write, flexible: bool) -> Write:
-    if flexible:
-        def write_compact(out: bytearray, items: Any) -> None:
-            if items is None:
-                out.append(0)
-                return
-            _uvarint(out, len(items) + 1)
-            for v in items:
-                item(out, v)
-
-        return write_compact
-
-    def write_legacy(out: bytearray, items: Any) -> None:
-        if items is None:
-            out += b"\xff\xff\xff\xff"
-            return
-        out += len(items).to_bytes(4, "big")
-        for v in items:
-            item(out, v)
-
-    return write_legacy
-
-
-def _nullable_entity(write_entity: Write) -> Write:
-    def write(out: bytearray, v: Any) -> None:
-        if v is None:
-            out.append(0xFF)
-            return
-        out.append(1)
-        write_entity(out, v)
-
-    return write
-
-
 def _op_form(v: Any) -> Any:
     """A default value as it appears in an op dict (for comparing tagged fields)."""
     if isinstance(v, (enum.Enum, datetime.timedelta)):
@@ -196,39 +92,6 @@ def _op_form(v: Any) -> Any:
     if isinstance(v, tuple):
         return list(v)
     return v
-
-
-def _field_writer(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -> Write:
-    optional = False if tagged else is_optional(field)
-    kind = classify_field(field)
-    if isinstance(kind, PrimitiveField):
-        return _primitive(get_schema_field_type(field), flexible, optional)
-    if isinstance(kind, PrimitiveTupleField):
-        return _array(_primitive(get_schema_field_type(field), flexible, False), flexible)
-    if isinstance(kind, EntityField):
-        inner = writer(kind.type_)
-        return _nullable_entity(inner) if optional else inner
-    if isinstance(kind, EntityTupleField):
-        return _array(writer(kind.type_), flexible)
-    raise NotImplementedError(f"field {field.name}: unsupported kind {kind!r}")
-
-
-def _tags(out: bytearray, d: Any, tagged: tuple[tuple[int, str, Any, Write], ...]) -> None:
-    """A struct's tagged fields: those that differ from their default, in tag order."""
-    get = d.get
-    fields_out: list[tuple[int, bytearray]] = []
-    for tag, name, default, w in tagged:
-        v = get(name)
-        if v is None or _op_form(v) == default:
-            continue
-        buf = bytearray()
-        w(buf, v)
-        fields_out.append((tag, buf))
-    _uvarint(out, len(fields_out))
-    for tag, buf in fields_out:
-        _uvarint(out, tag)
-        _uvarint(out, len(buf))
-        out += buf
 
 
 # kafka type -> struct code of the fixed-size fields the generated code packs in runs
@@ -245,7 +108,7 @@ class _Gen:
     locals suffixed by depth) and each run of fixed-size fields is one ``struct.pack``."""
 
     def __init__(self) -> None:
-        self.ns: dict[str, Any] = {"_num": _num, "_uvarint": _uvarint, "_uuid": _uuid, "_tags": _tags,
+        self.ns: dict[str, Any] = {"_num": _num, "_uvarint": _uvarint, "_uuid": _uuid, "_op_form": _op_form,
                                    "_h": struct.Struct(">h").pack, "_i": struct.Struct(">i").pack,
                                    "_head": struct.Struct(">Ii").pack, "_size": struct.Struct(">I").pack}
 
@@ -308,12 +171,12 @@ class _Gen:
         defaults = {name: (default, optional) for name, _elem, _base, default, optional in _from_op_plan(cls)}
         body = [f"g{d} = {src}.get"]
         run: list[tuple[str, str]] = []
-        tagged: list[tuple[int, str, Any, Write]] = []
+        tagged: list[tuple[int, str, Any, dataclasses.Field[Any]]] = []
         for i, field in enumerate(dataclasses.fields(cls)):
             default, optional = defaults[field.name]
             tag = get_field_tag(field)
             if tag is not None:
-                tagged.append((int(tag), field.name, _op_form(default), _field_writer(field, flexible, True)))
+                tagged.append((int(tag), f"v{d}_{i}", _op_form(default), field))
                 continue
             v, k = f"v{d}_{i}", self.literal(_op_form(default))
             body.append(f"{v} = g{d}({field.name!r}, {k})")
@@ -325,22 +188,37 @@ class _Gen:
                 continue
             body += self.pack(run)
             run = []
-            if isinstance(kind, PrimitiveField):
-                body += self.primitive(get_schema_field_type(field), flexible, optional, v)
-            elif isinstance(kind, PrimitiveTupleField):
-                body += self.array(self.primitive(get_schema_field_type(field), flexible, False, f"x{d}"), flexible, v, d)
-            elif isinstance(kind, EntityField):
-                inner = self.struct(kind.type_, v, d + 1)
-                body += [f"if {v} is None: out.append(0xFF)", *_block("else:", ["out.append(1)", *inner])] if optional else inner
-            elif isinstance(kind, EntityTupleField):
-                body += self.array(self.struct(kind.type_, f"x{d}", d + 1), flexible, v, d)
-            else:
-                raise NotImplementedError(f"field {field.name}: unsupported kind {kind!r}")
+            body += self.value(field, flexible, optional, v, d)
         body += self.pack(run)
         if flexible:
-            tagged.sort(key=lambda t: t[0])
-            body.append(f"_tags(out, {src}, {self.const(tuple(tagged))})" if tagged else "out.append(0)")
+            body += self.tags(sorted(tagged, key=lambda t: t[0]), flexible, d) if tagged else ["out.append(0)"]
         return body
+
+    def value(self, field: dataclasses.Field[Any], flexible: bool, optional: bool, v: str, d: int) -> list[str]:
+        """Statements writing field value ``v`` of a struct at depth ``d``."""
+        kind = classify_field(field)
+        if isinstance(kind, PrimitiveField):
+            return self.primitive(get_schema_field_type(field), flexible, optional, v)
+        if isinstance(kind, PrimitiveTupleField):
+            return self.array(self.primitive(get_schema_field_type(field), flexible, False, f"x{d}"), flexible, v, d)
+        if isinstance(kind, EntityField):
+            inner = self.struct(kind.type_, v, d + 1)
+            return [f"if {v} is None: out.append(0xFF)", *_block("else:", ["out.append(1)", *inner])] if optional else inner
+        if isinstance(kind, EntityTupleField):
+            return self.array(self.struct(kind.type_, f"x{d}", d + 1), flexible, v, d)
+        raise NotImplementedError(f"field {field.name}: unsupported kind {kind!r}")
+
+    def tags(self, tagged: list[tuple[int, str, Any, dataclasses.Field[Any]]], flexible: bool, d: int) -> list[str]:
+        """A struct's tagged fields, in tag order: each that is set and differs from its default is
+        written into a buffer of its own (``out`` stands for it meanwhile), then tag, size, bytes."""
+        lines = [f"t{d} = []"]
+        for tag, v, default, field in tagged:
+            lines += [f"{v} = g{d}({field.name!r})", *_block(
+                f"if {v} is not None and _op_form({v}) != {self.const(default)}:",
+                [f"o{d}, out = out, bytearray()", *self.value(field, flexible, False, v, d),
+                 f"t{d}.append(({tag}, out))", f"out = o{d}"])]
+        return [*lines, f"_uvarint(out, len(t{d}))", *_block(f"for tag, b in t{d}:", [
+            "_uvarint(out, tag)", "_uvarint(out, len(b))", "out += b"])]
 
     def compile(self, name: str, head: str, lines: list[str]) -> Callable[..., Any]:
         source = "\n    ".join([head, *lines]) + "\n"

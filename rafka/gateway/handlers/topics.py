@@ -179,29 +179,27 @@ class TopicCache:
             for key in [k for k, (_, t) in cache.items() if k[0] == org_id and (names is None or t["name"] in names)]:
                 del cache[key]
 
-    def fresh(self, org_id: str, names: list[str]) -> dict[str, dict[str, Any] | None] | None:
-        """``lookup``'s answer when every name has a fresh entry (no coroutine), else None."""
-        now = time.monotonic()
-        out: dict[str, dict[str, Any] | None] = {}
-        by_name = self._by_name
-        for n in names:
-            hit = by_name.get((org_id, n))
-            if hit is None or hit[0] <= now:
-                return None
-            out[n] = hit[1]
-        return out
-
-    async def lookup(self, ctx: RequestContext, names: list[str], auto_create: bool) -> dict[str, dict[str, Any] | None]:
-        """Topic info by name (None for a topic that does not exist)."""
-        now = time.monotonic()
+    def _cached(self, org_id: str, names: list[str], now: float) -> tuple[dict[str, dict[str, Any] | None], list[str]]:
+        """The fresh entries of ``names``, and the names that have none."""
         out: dict[str, dict[str, Any] | None] = {}
         missing = []
         for n in dict.fromkeys(names):
-            hit = self._by_name.get((ctx.org_id, n))
+            hit = self._by_name.get((org_id, n))
             if hit and hit[0] > now:
                 out[n] = hit[1]
             else:
                 missing.append(n)
+        return out, missing
+
+    def fresh(self, org_id: str, names: list[str]) -> dict[str, dict[str, Any] | None] | None:
+        """``lookup``'s answer when every name has a fresh entry (no coroutine), else None."""
+        out, missing = self._cached(org_id, names, time.monotonic())
+        return None if missing else out
+
+    async def lookup(self, ctx: RequestContext, names: list[str], auto_create: bool) -> dict[str, dict[str, Any] | None]:
+        """Topic info by name (None for a topic that does not exist)."""
+        now = time.monotonic()
+        out, missing = self._cached(ctx.org_id, names, now)
         if missing:
             payload = {"names": missing, "auto_create": auto_create, "default_partitions": ctx.gateway.config.default_partitions}
             try:
