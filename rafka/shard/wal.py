@@ -28,7 +28,11 @@ everything appended so far durable under the fsync policy and returns a future t
 wait on (or None when nothing waits):
 
 A directory that gained an entry (a new segment file, a new stream directory) is fsynced
-in the same pass as the entries in it, so a power loss cannot take the file away.
+in the same pass as the entries in it, so a power loss cannot take the file away. A pass
+of several streams fsyncs them at once, from up to ``SYNC_THREADS`` threads: the file
+system shares its journal commits among concurrent fsyncs, so commits to many groups
+(each group's coordinator partition is a stream) wait for about one fsync, not one per
+stream (measured here: 16 files 2.2 → 0.9 ms, 4 files 0.5 → 0.35 ms).
 
 * ``always`` — fsync the written streams now, on the loop, before replies leave;
 * ``batch``  — group commit: a syncer thread fsyncs every stream written since
@@ -96,6 +100,7 @@ log = logging.getLogger("rafka.wal")
 _HEAD = struct.Struct(">II")
 _new_record = tuple.__new__
 MAX_ENTRY = 256 * 1024 * 1024
+SYNC_THREADS = 8  # a pass's concurrent fsyncs (measured: 16 files 1.8 ms with 2 threads, 0.9 ms with 8 or 15)
 META_TYPES = {RecordType.OFFSET_COMMIT, RecordType.GROUP_METADATA, RecordType.TOPIC, RecordType.PRODUCER_STATE,
               RecordType.GROUP_CONFIG, RecordType.TOPIC_DROPPED,
               RecordType.CONSUMER_GROUP_METADATA, RecordType.CONSUMER_GROUP_MEMBER, RecordType.CONSUMER_GROUP_TARGET,
@@ -492,6 +497,7 @@ class Wal:
         self._closed = False
         self.on_fsync: Callable[[float], None] | None = None  # metrics hook: seconds per fsync pass
         self._syncer: threading.Thread | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None  # a pass's other fsyncs (made on first use)
         if fsync == "batch":
             self._syncer = threading.Thread(target=self._sync_loop, name="wal-syncer", daemon=True)
             self._syncer.start()
@@ -658,8 +664,7 @@ class Wal:
                 not self.linger and len(written) * self.fsync_seconds < self.inline_fsync_under):
             start = time.perf_counter()
             try:
-                for s in written:
-                    s.sync()
+                self._sync(written)
             except OSError as exc:
                 raise WalError(str(exc)) from exc
             if written:
@@ -694,8 +699,7 @@ class Wal:
             streams = set().union(*(w for w, _f in batch))
             start = time.perf_counter()
             try:
-                for s in streams:
-                    s.sync()
+                self._sync(streams)
                 error: BaseException | None = None
             except BaseException as exc:  # a failed fsync must not ack anything
                 log.critical("fsync failed: %s", exc)
@@ -706,6 +710,29 @@ class Wal:
                     fut.set_result(None)
                 else:
                     fut.set_exception(error)
+
+    def _sync(self, streams: set[Stream]) -> None:
+        """fsync ``streams``: one in this thread, the others at the same time from the pool; the
+        first error is raised once every fsync has ended."""
+        if len(streams) <= 1:
+            for s in streams:
+                s.sync()
+            return
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="wal-fsync")
+        first, *rest = streams
+        futures = [self._pool.submit(s.sync) for s in rest]
+        error: BaseException | None = None
+        try:
+            first.sync()
+        except BaseException as exc:
+            error = exc
+        for f in futures:
+            exc = f.exception()
+            if exc is not None and error is None:
+                error = exc
+        if error is not None:
+            raise error
 
     def _fsynced(self, seconds: float, streams: int) -> None:
         """A pass of ``streams`` fsyncs took ``seconds``: the metric, and the per-stream average."""
@@ -757,6 +784,8 @@ class Wal:
             self._cv.notify()
         if self._syncer is not None:
             self._syncer.join(10)
+        if self._pool is not None:
+            self._pool.shutdown()
         for s in self.streams.values():
             try:
                 s.sync()

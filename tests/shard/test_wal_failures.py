@@ -104,6 +104,53 @@ def test_a_failed_fsync_is_an_error_and_leaves_the_stream_to_sync(tmp_path: Path
     w.close()
 
 
+def _groups_in_distinct_streams(w: Wal, n: int) -> list[str]:
+    """``n`` group ids whose commits go to ``n`` different meta streams (coordinator partitions)."""
+    by_stream: dict[Any, str] = {}
+    for g in (f"g{i}" for i in range(1000)):
+        by_stream.setdefault(w.stream_key(commit(("o", g), 0)[0]), g)
+    return list(by_stream.values())[:n]
+
+
+def test_a_pass_over_several_streams_fsyncs_them_at_once(tmp_path: Path, failing: FailingOs) -> None:
+    """Commits to four groups in four coordinator partitions: four fsyncs that wait for each other
+    (a barrier of four) can only all end if they run at the same time."""
+    import threading
+
+    meet = threading.Barrier(4, timeout=5)
+    real = failing.fdatasync
+    failing.fdatasync = lambda fd: (meet.wait(), real(fd))
+    w = Wal(tmp_path, set(range(64)), 64, fsync="always")
+    for g in _groups_in_distinct_streams(w, 4):
+        w.append(commit(("o", g), 1))
+    assert w.commit() is None
+    assert not any(s.dirty for s in w.streams.values()), "all four durable when the pass returns"
+    failing.fdatasync = real
+    w.close()
+
+
+def test_a_failed_fsync_among_several_fails_the_pass_and_leaves_that_stream_to_sync(
+        tmp_path: Path, failing: FailingOs) -> None:
+    w = Wal(tmp_path, set(range(64)), 64, fsync="always")
+    for g in _groups_in_distinct_streams(w, 3):
+        w.append(commit(("o", g), 1))
+    bad = next(iter(w.streams.values()))
+    real = failing.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        if fd == bad.fd:
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    failing.fdatasync = fdatasync
+    with pytest.raises(WalError):
+        w.commit()
+    assert bad.dirty and not any(s.dirty for s in w.streams.values() if s is not bad), \
+        "the others are durable; the failed one is still to be synced"
+    failing.fdatasync = real
+    w.close()
+
+
 def test_a_process_killed_before_the_commit_leaves_a_prefix_of_the_appends(tmp_path: Path) -> None:
     """Entries wait to be written together, but reach the files in the order they were appended:
     a topic delete's TOPIC_DROPPED (which remembers the deletion) is on disk before the partition's
