@@ -16,7 +16,9 @@ Unlike a Task, a handler has no current task: ``asyncio.timeout()`` and
 (a done callback would wait for the next loop pass); a request finished during
 construction is the caller's to handle. Likewise a ``ReplyFuture`` (what the router
 hands out for a shard's reply) steps the request awaiting it as soon as ``resolve``
-sets its result, inside the read that brought the reply, not on the next loop pass.
+sets its result, inside the read that brought the reply, not on the next loop pass;
+it holds that request itself rather than a done callback, and steps it on the next
+loop pass when it fails or is cancelled instead, as a done callback would.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from typing import Any
 
 
 class ReplyFuture(asyncio.Future):  # type: ignore[type-arg]
-    """A Future whose ``resolve`` steps the ``InlineRequest`` awaiting it at once."""
+    """A Future that steps the ``InlineRequest`` awaiting it: at once when ``resolve`` sets
+    its result, on the next loop pass when it fails or is cancelled. (Complete it with
+    ``resolve``: ``set_result`` would leave that request waiting.)"""
 
     __slots__ = ("waiter",)
 
@@ -37,19 +41,34 @@ class ReplyFuture(asyncio.Future):  # type: ignore[type-arg]
         self.waiter: InlineRequest | None = None
 
     def resolve(self, result: Any) -> None:
-        """Set the result; the waiting request's next step runs now, not from a done callback."""
-        waiter = self.waiter
-        if waiter is None:
-            self.set_result(result)
-            return
-        self.waiter = None
-        self.remove_done_callback(waiter._step)
+        """Set the result; the waiting request's next step runs now."""
         self.set_result(result)
-        waiter._step(self)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            waiter._step(self)
+
+    def set_exception(self, exception: Any) -> None:
+        super().set_exception(exception)
+        self._step_waiter_soon()
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not super().cancel(msg):
+            return False
+        self._step_waiter_soon()
+        return True
+
+    def _step_waiter_soon(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            self.get_loop().call_soon(waiter._step, self)
 
 
 class InlineRequest(asyncio.Future):  # type: ignore[type-arg]
     """A Future that runs ``coro`` to completion, starting now."""
+
+    __slots__ = ("_context", "_coro", "_must_cancel", "_waiting", "on_done")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop,
                  context: contextvars.Context | None = None) -> None:
@@ -85,9 +104,10 @@ class InlineRequest(asyncio.Future):  # type: ignore[type-arg]
             else:
                 awaited._asyncio_future_blocking = False
                 self._waiting = awaited
-                awaited.add_done_callback(self._step)  # a ReplyFuture's resolve() takes it back
                 if type(awaited) is ReplyFuture:
                     awaited.waiter = self
+                else:
+                    awaited.add_done_callback(self._step)
                 if self._must_cancel and awaited.cancel():  # cancelled during this step
                     self._must_cancel = False
             return

@@ -28,7 +28,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 _HDR = struct.Struct(">hhi")
-_I16 = struct.Struct(">h")
+_HDR_CLIENT = struct.Struct(">hhih")  # the header's fixed part, and the client id's length
 _I32 = struct.Struct(">i")
 _MS_DELTA = datetime.timedelta(milliseconds=1)
 
@@ -45,6 +45,9 @@ class RequestHeader(typing.NamedTuple):
     correlation_id: int
     client_id: str | None
     body_offset: int
+
+
+_new_header = tuple.__new__  # a RequestHeader without its generated __new__ (a Python call)
 
 
 def read_uvarint(buf: bytes, pos: int, end: int | None = None) -> tuple[int, int]:
@@ -71,8 +74,7 @@ def read_request_header(frame: bytes, flexible: bool) -> RequestHeader:
     """Parse a request header (v1, or v2 with tagged fields when ``flexible``)."""
     if len(frame) < 10:
         raise DecodeError("request shorter than its header")
-    api_key, api_version, correlation_id = _HDR.unpack_from(frame, 0)
-    (n,) = _I16.unpack_from(frame, 8)
+    api_key, api_version, correlation_id, n = _HDR_CLIENT.unpack_from(frame, 0)
     pos = 10
     client_id = None
     if n >= 0:
@@ -88,6 +90,8 @@ def read_request_header(frame: bytes, flexible: bool) -> RequestHeader:
                 _CLIENT_IDS[raw] = client_id
         pos += n
     if flexible:
+        if pos < len(frame) and frame[pos] == 0:  # no tagged fields: what clients send
+            return _new_header(RequestHeader, (api_key, api_version, correlation_id, client_id, pos + 1))
         count, pos = read_uvarint(frame, pos)
         for _ in range(count):
             _tag, pos = read_uvarint(frame, pos)
@@ -95,7 +99,7 @@ def read_request_header(frame: bytes, flexible: bool) -> RequestHeader:
             pos += size
         if pos > len(frame):
             raise DecodeError("truncated tagged fields")
-    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+    return _new_header(RequestHeader, (api_key, api_version, correlation_id, client_id, pos))
 
 
 def peek_key_version_correlation(frame: bytes) -> tuple[int, int, int]:

@@ -150,7 +150,7 @@ def test_a_reply_future_steps_its_request_inside_resolve() -> None:
         req.on_done = done.append
         reply.resolve(41)
         assert steps == ["got"] and req.done() and req.result() == 42 and done == [req]
-        for _ in range(3):  # the done callback resolve() took back does not step it again
+        for _ in range(3):  # nothing steps it again on a later loop pass
             await asyncio.sleep(0)
         assert steps == ["got"]
 

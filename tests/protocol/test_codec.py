@@ -58,6 +58,15 @@ def test_request_header_flexible_skips_tagged_fields() -> None:
     assert frame[hdr.body_offset :] == b"rest"
 
 
+def test_request_header_flexible_without_tagged_fields_and_a_null_client_id() -> None:
+    frame = bytes.fromhex("0008000900000005") + b"\xff\xff" + b"\x00" + b"body"
+    hdr = codec.read_request_header(frame, flexible=True)
+    assert (hdr.api_key, hdr.api_version, hdr.correlation_id, hdr.client_id) == (8, 9, 5, None)
+    assert frame[hdr.body_offset :] == b"body"
+    with pytest.raises(codec.DecodeError):
+        codec.read_request_header(frame[:10], flexible=True)  # the tagged-field count is missing
+
+
 def test_truncated_header_is_a_decode_error() -> None:
     with pytest.raises(codec.DecodeError):
         codec.read_request_header(b"\x00\x12\x00", flexible=False)

@@ -21,7 +21,7 @@ from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.consumer_groups import resolve_topics
 from rafka.gateway.handlers.errors import Err, coordinator_error, shard_down_error
-from rafka.gateway.handlers.topics import group_call, known_partitions, with_refused
+from rafka.gateway.handlers.topics import group_call, known_now, known_partitions, with_refused
 from rafka.gateway.router import ShardUnavailable
 from rafka.rail import Op
 
@@ -84,13 +84,17 @@ async def leave_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any
 
 @api(8, 2, 9, "group.offset-commit")
 async def offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    topics, unknown = await known_partitions(ctx, req["topics"])
+    # the hottest request: no coroutine but the handler's own when the topics are cached
+    topics, unknown = known_now(ctx, req["topics"]) or await known_partitions(ctx, req["topics"])
     if not topics:
         return {"topics": unknown}  # Kafka answers without asking the coordinator
     if unknown:
         req = {**req, "topics": topics}
-    resp, err = await _call_or_error(ctx, Op.OFFSET_COMMIT, req["group_id"], req)
-    if resp is None:
+    req["api_version"] = ctx.api_version
+    try:
+        resp = await group_call(ctx, Op.OFFSET_COMMIT, req["group_id"], req)
+    except Exception as exc:
+        err = coordinator_error(exc)
         resp = {"topics": [{"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"], "error_code": err} for p in t["partitions"]]} for t in topics]}
     resp["topics"] = with_refused(unknown, resp["topics"])

@@ -283,14 +283,23 @@ async def known_partitions(ctx: RequestContext, topics: list[dict[str, Any]]) ->
     """Split an (Txn)OffsetCommit's or OffsetDelete's ``topics`` into the partitions that exist and, in response
     form, UNKNOWN_TOPIC_OR_PARTITION for the rest, as Kafka checks commits against its metadata.
     While the catalogue cannot answer, every partition goes ahead unchecked."""
-    cache = topic_cache(ctx)
-    names = [t["name"] for t in topics]
-    infos = cache.fresh(ctx.org_id, names)
-    if infos is None:
-        try:
-            infos = await cache.lookup(ctx, names, False)
-        except Exception:
-            return topics, []
+    known = known_now(ctx, topics)
+    if known is not None:
+        return known
+    try:
+        infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in topics], False)
+    except Exception:
+        return topics, []
+    return _split(topics, infos)
+
+
+def known_now(ctx: RequestContext, topics: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """``known_partitions``' answer when the cache holds every topic fresh (no coroutine), else None."""
+    infos = topic_cache(ctx).fresh(ctx.org_id, [t["name"] for t in topics])
+    return None if infos is None else _split(topics, infos)
+
+
+def _split(topics: list[dict[str, Any]], infos: dict[str, dict[str, Any] | None]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     known: list[dict[str, Any]] = []
     unknown: list[dict[str, Any]] = []
     for t in topics:
