@@ -122,8 +122,16 @@ class ShardRuntime:
         self.stop()
 
     # -- responses -------------------------------------------------------
-    def responder(self, ident: bytes, rid: int) -> Respond:
-        """A callback that queues the reply to request ``rid`` from peer ``ident``."""
+    def responder(self, ident: bytes, rid: int, name: str, trace: str | None) -> Respond:
+        """The callback that answers request ``rid`` from peer ``ident``: it queues the reply, and
+        is the one instrumentation wrapper (counts, times and traces op ``name`` until answered)."""
+        tally = self.metrics.for_op(name)
+        meter = self.metrics.meter
+        start = time.perf_counter()
+        span = telemetry.start_shard_span(name, trace)
+        self.current_span = span
+        self.inflight += 1
+        metrics = self.metrics
         done = False
 
         def respond(payload: Any) -> None:
@@ -132,6 +140,15 @@ class ShardRuntime:
                 log.error("op %d answered twice; second answer dropped", rid)
                 return
             done = True
+            self.inflight -= 1
+            meter.record(tally, time.perf_counter() - start)
+            code = payload.get("error_code") if isinstance(payload, dict) else None
+            if code:
+                metrics.errors.labels(name, metrics.shard, str(code)).inc()
+            if span is not None:
+                if code:
+                    span.set_attribute("kafka.error_code", int(code))
+                span.end()
             self._outbox[ident].append([rid, int(Status.OK), payload])
             self._flush.soon()
 
@@ -145,30 +162,6 @@ class ShardRuntime:
                                  group_id=attrs["group_id"])
         elif name == "rebalance-stable":
             self.metrics.rebalance_duration.labels(self.metrics.shard).observe(attrs["duration_ms"] / 1000.0)
-
-    def instrumented(self, name: str, trace: str | None, respond: Respond) -> Respond:
-        """The one instrumentation wrapper: count, time and trace an op until it is answered."""
-        tally = self.metrics.for_op(name)
-        meter = self.metrics.meter
-        start = time.perf_counter()
-        span = telemetry.start_shard_span(name, trace)
-        self.current_span = span
-        self.inflight += 1
-        metrics = self.metrics
-
-        def respond_instrumented(payload: Any) -> None:
-            self.inflight -= 1
-            meter.record(tally, time.perf_counter() - start)
-            code = payload.get("error_code") if isinstance(payload, dict) else None
-            if code:
-                metrics.errors.labels(name, metrics.shard, str(code)).inc()
-            if span is not None:
-                if code:
-                    span.set_attribute("kafka.error_code", int(code))
-                span.end()
-            respond(payload)
-
-        return respond_instrumented
 
     def _release(self) -> None:
         try:
@@ -240,7 +233,7 @@ class ShardRuntime:
         if self.loading:
             self._outbox[ident].append([rid, int(Status.LOADING), None])
             return
-        respond = self.instrumented(OP_NAMES.get(op, str(op)), trace, self.responder(ident, rid))
+        respond = self.responder(ident, rid, OP_NAMES.get(op, str(op)), trace)
         try:
             self.state.dispatch(op, org_id, payload, self.now_ms(), respond, trace)  # Op is an IntEnum: int keys match
         except WalError as exc:
