@@ -4,6 +4,7 @@ what remembers it) is durable."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import os
 import time
@@ -275,6 +276,31 @@ def test_a_pass_over_many_streams_goes_to_the_thread(tmp_path: Path) -> None:
     wide = w.commit()
     assert wide is not None, "expected to take over 1 ms: on the thread"
     wide.result(5)
+    w.close()
+
+
+def test_passes_go_to_the_thread_while_commits_come_to_many_groups_at_once(tmp_path: Path) -> None:
+    """Many clients committing to their own groups: the loop should take in the next commits while
+    one fsync runs. One client again: in place. (Every pass here is expected short: 0.1 ms per
+    stream, set before each.)"""
+    w = Wal(tmp_path, set(range(64)), 64, fsync="batch")
+
+    def one_pass(groups: list[str], n: int) -> concurrent.futures.Future[None] | None:
+        for g in groups:
+            w.append(commit(("o", g), n))
+        w.fsync_seconds = 0.0001
+        fut = w.commit()
+        if fut is not None:
+            fut.result(5)
+        return fut
+
+    groups = _groups_in_distinct_streams(w, 4)
+    assert one_pass(groups[:1], 0) is None, "one client: in place"
+    on_thread = [one_pass(groups, n) is not None for n in range(1, 6)]  # four clients' commits land together
+    assert on_thread[2:] == [True] * 3, f"several groups at once: on the thread ({on_thread})"
+    assert one_pass(groups[:1], 6) is not None, "a lone commit right after goes to the thread too"
+    in_place = [one_pass(groups[:1], n) is None for n in range(7, 27)]  # one client from now on
+    assert True in in_place and all(in_place[in_place.index(True):]), f"back in place ({in_place})"
     w.close()
 
 
