@@ -503,7 +503,8 @@ class Wal:
         self._closed = False
         self.on_fsync: Callable[[float], None] | None = None  # metrics hook: seconds per fsync pass
         self._syncer: threading.Thread | None = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None  # a pass's other fsyncs (made on first use)
+        # a pass's other fsyncs (its threads start on first use)
+        self._pool = concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="wal-fsync")
         if fsync == "batch":
             self._syncer = threading.Thread(target=self._sync_loop, name="wal-syncer", daemon=True)
             self._syncer.start()
@@ -727,8 +728,6 @@ class Wal:
             for s in streams:
                 s.sync()
             return
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="wal-fsync")
         first, *rest = streams
         futures = [self._pool.submit(s.sync) for s in rest]
         error: BaseException | None = None
@@ -793,8 +792,7 @@ class Wal:
             self._cv.notify()
         if self._syncer is not None:
             self._syncer.join(10)
-        if self._pool is not None:
-            self._pool.shutdown()
+        self._pool.shutdown()
         for s in self.streams.values():
             try:
                 s.sync()
