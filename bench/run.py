@@ -45,10 +45,12 @@ def main() -> None:
     print(f"rafka benchmarks — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}", flush=True)
     failed = 0
+    # the benchmarks import this checkout's rafka, whatever is installed (the brokers they start do too)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
     for cmd in QUICK if args.quick else FULL:
         print(f"\n$ python bench/{' '.join(cmd)}", flush=True)
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, str(HERE / cmd[0]), *cmd[1:]], cwd=HERE,
+        proc = subprocess.run([sys.executable, str(HERE / cmd[0]), *cmd[1:]], cwd=HERE, env=env,
                               check=False, stderr=subprocess.PIPE, text=True)  # librdkafka's connection noise goes here
         rc = proc.returncode
         if rc != 0:
