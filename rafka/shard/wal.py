@@ -82,6 +82,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import queue
 import re
 import struct
 import threading
@@ -470,6 +471,48 @@ _Dropped = dict[tuple[Any, ...], tuple[Stream, int]]  # stream key → (stream, 
 _Drop = tuple[tuple[Any, ...], Stream, int, int]
 
 
+class _Fsyncers:
+    """Up to ``SYNC_THREADS`` threads that fsync streams for a pass, started as passes need them.
+    Daemon threads, as the syncer is: an fsync stuck on a failing disk does not hold the
+    process's exit."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Stream, concurrent.futures.Future[None]] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, stream: Stream) -> concurrent.futures.Future[None]:
+        """A future of ``stream.sync()`` on one of the threads (RuntimeError: none could start)."""
+        with self._lock:
+            if len(self._threads) < SYNC_THREADS:
+                try:
+                    t = threading.Thread(target=self._run, name="wal-fsync", daemon=True)
+                    t.start()
+                    self._threads.append(t)
+                except RuntimeError:  # the process's thread limit: the threads already running will do
+                    if not self._threads:
+                        raise
+        fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._jobs.put((stream, fut))
+        return fut
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            stream, fut = job
+            try:
+                stream.sync()
+            except BaseException as exc:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(None)
+
+    def stop(self) -> None:
+        with self._lock:
+            for _ in self._threads:
+                self._jobs.put(None)
+            self._threads = []
+
+
 class Wal:
     """All streams of one shard, with the fsync policy."""
 
@@ -503,8 +546,7 @@ class Wal:
         self._closed = False
         self.on_fsync: Callable[[float], None] | None = None  # metrics hook: seconds per fsync pass
         self._syncer: threading.Thread | None = None
-        # a pass's other fsyncs (its threads start on first use)
-        self._pool = concurrent.futures.ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="wal-fsync")
+        self._fsyncers = _Fsyncers()  # a pass's other fsyncs
         if fsync == "batch":
             self._syncer = threading.Thread(target=self._sync_loop, name="wal-syncer", daemon=True)
             self._syncer.start()
@@ -675,7 +717,7 @@ class Wal:
             start = time.perf_counter()
             try:
                 self._sync(written)
-            except OSError as exc:
+            except Exception as exc:  # not durable, whatever failed: the shard stops and replays
                 raise WalError(str(exc)) from exc
             if written:
                 self._fsynced(time.perf_counter() - start, len(written))
@@ -722,19 +764,27 @@ class Wal:
                     fut.set_exception(error)
 
     def _sync(self, streams: set[Stream]) -> None:
-        """fsync ``streams``: one in this thread, the others at the same time from the pool; the
-        first error is raised once every fsync has ended."""
+        """fsync ``streams``: one in this thread, the others at the same time on the fsync threads;
+        the first error is raised once every fsync has ended."""
         if len(streams) <= 1:
             for s in streams:
                 s.sync()
             return
-        first, *rest = streams
-        futures = [self._pool.submit(s.sync) for s in rest]
+        here, futures = [], []
+        for s in streams:
+            if not here:
+                here.append(s)
+                continue
+            try:
+                futures.append(self._fsyncers.submit(s))
+            except RuntimeError:  # no thread could start: synced here, one after another
+                here.append(s)
         error: BaseException | None = None
-        try:
-            first.sync()
-        except BaseException as exc:
-            error = exc
+        for s in here:
+            try:
+                s.sync()
+            except BaseException as exc:
+                error = error or exc
         for f in futures:
             exc = f.exception()
             if exc is not None and error is None:
@@ -792,7 +842,7 @@ class Wal:
             self._cv.notify()
         if self._syncer is not None:
             self._syncer.join(10)
-        self._pool.shutdown()
+        self._fsyncers.stop()
         for s in self.streams.values():
             try:
                 s.sync()

@@ -152,6 +152,82 @@ def test_a_failed_fsync_among_several_fails_the_pass_and_leaves_that_stream_to_s
     w.close()
 
 
+def test_a_pass_whose_fsync_threads_cannot_start_syncs_every_stream_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the process's thread limit a pass still makes every stream durable before it returns."""
+    import threading
+
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name.startswith("wal-fsync"):
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    w = Wal(tmp_path, set(range(64)), 64, fsync="always")
+    for g in _groups_in_distinct_streams(w, 3):
+        w.append(commit(("o", g), 1))
+    assert w.commit() is None
+    assert not any(s.dirty for s in w.streams.values())
+    w.close()
+
+
+def test_any_failure_of_a_pass_in_place_is_a_wal_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard stops and replays on a WalError only: a pass that failed otherwise must not let
+    the next commit acknowledge what it left unsynced."""
+    w = Wal(tmp_path, set(range(4)), 4, fsync="always")
+    w.append(commit(("o", "g"), 1))
+    [stream] = w.streams.values()
+    monkeypatch.setattr(stream, "sync", lambda: (_ for _ in ()).throw(RuntimeError("not an OSError")))
+    with pytest.raises(WalError):
+        w.commit()
+    monkeypatch.undo()
+    w.close()
+
+
+def test_an_fsync_stuck_on_its_thread_does_not_hold_the_process_exit(tmp_path: Path) -> None:
+    """A pass on the fsync threads whose disk never answers: the process still exits (a failing
+    disk must not keep a stopping shard alive until it is killed)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import os, threading, sys
+        from pathlib import Path
+        from rafka.shard import wal as wal_module
+        from rafka.shard.records import Record, RecordType
+
+        stuck = threading.Event()
+
+        class StuckOs:
+            def __getattr__(self, name):
+                return getattr(os, name)
+            def fdatasync(self, fd):
+                if threading.current_thread().name.startswith("wal-fsync"):
+                    stuck.set()
+                    threading.Event().wait()  # never answers
+                os.fdatasync(fd)
+
+        wal_module.os = StuckOs()
+        w = wal_module.Wal(Path({str(tmp_path)!r}), set(range(64)), 64, fsync="batch", inline_fsync_under_ms=0)
+        by_stream = {{}}
+        for g in (f"g{{i}}" for i in range(1000)):
+            r = Record(RecordType.OFFSET_COMMIT, ("o", g, "t", 0), {{"offset": 1}})
+            by_stream.setdefault(w.stream_key(r), r)
+        for r in list(by_stream.values())[:3]:
+            w.append([r])
+        fut = w.commit()
+        assert fut is not None and stuck.wait(10) and not fut.done()
+        sys.exit(0)
+    """)
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's rafka
+    done = subprocess.run([sys.executable, "-c", script], check=False, timeout=60, capture_output=True, text=True,
+                          cwd=root)
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_process_killed_before_the_commit_leaves_a_prefix_of_the_appends(tmp_path: Path) -> None:
     """Entries wait to be written together, but reach the files in the order they were appended:
     a topic delete's TOPIC_DROPPED (which remembers the deletion) is on disk before the partition's
