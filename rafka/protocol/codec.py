@@ -91,14 +91,15 @@ def read_request_header(frame: bytes, flexible: bool) -> RequestHeader:
         pos += n
     if flexible:
         if pos < len(frame) and frame[pos] == 0:  # no tagged fields: what clients send
-            return _new_header(RequestHeader, (api_key, api_version, correlation_id, client_id, pos + 1))
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = read_uvarint(frame, pos)
-            size, pos = read_uvarint(frame, pos)
-            pos += size
-        if pos > len(frame):
-            raise DecodeError("truncated tagged fields")
+            pos += 1
+        else:
+            count, pos = read_uvarint(frame, pos)
+            for _ in range(count):
+                _tag, pos = read_uvarint(frame, pos)
+                size, pos = read_uvarint(frame, pos)
+                pos += size
+            if pos > len(frame):
+                raise DecodeError("truncated tagged fields")
     return _new_header(RequestHeader, (api_key, api_version, correlation_id, client_id, pos))
 
 

@@ -766,31 +766,22 @@ class Wal:
     def _sync(self, streams: set[Stream]) -> None:
         """fsync ``streams``: one in this thread, the others at the same time on the fsync threads;
         the first error is raised once every fsync has ended."""
-        if len(streams) <= 1:
-            for s in streams:
-                s.sync()
-            return
-        here, futures = [], []
-        for s in streams:
-            if not here:
-                here.append(s)
-                continue
+        ordered = list(streams)
+        here, futures = ordered[:1], []
+        for s in ordered[1:]:
             try:
                 futures.append(self._fsyncers.submit(s))
             except RuntimeError:  # no thread could start: synced here, one after another
                 here.append(s)
-        error: BaseException | None = None
+        errors: list[BaseException] = []
         for s in here:
             try:
                 s.sync()
             except BaseException as exc:
-                error = error or exc
-        for f in futures:
-            exc = f.exception()
-            if exc is not None and error is None:
-                error = exc
-        if error is not None:
-            raise error
+                errors.append(exc)
+        errors += [exc for f in futures if (exc := f.exception()) is not None]
+        if errors:
+            raise errors[0]
 
     def _fsynced(self, seconds: float, streams: int) -> None:
         """A pass of ``streams`` fsyncs took ``seconds``: the metric, and the per-stream average."""

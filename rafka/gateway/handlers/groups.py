@@ -84,17 +84,14 @@ async def leave_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any
 
 @api(8, 2, 9, "group.offset-commit")
 async def offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    # the hottest request: no coroutine but the handler's own when the topics are cached
+    # the hottest request: its topics checked without a coroutine when they are cached
     topics, unknown = known_now(ctx, req["topics"]) or await known_partitions(ctx, req["topics"])
     if not topics:
         return {"topics": unknown}  # Kafka answers without asking the coordinator
     if unknown:
         req = {**req, "topics": topics}
-    req["api_version"] = ctx.api_version
-    try:
-        resp = await group_call(ctx, Op.OFFSET_COMMIT, req["group_id"], req)
-    except Exception as exc:
-        err = coordinator_error(exc)
+    resp, err = await _call_or_error(ctx, Op.OFFSET_COMMIT, req["group_id"], req)
+    if resp is None:
         resp = {"topics": [{"name": t["name"], "partitions": [
             {"partition_index": p["partition_index"], "error_code": err} for p in t["partitions"]]} for t in topics]}
     resp["topics"] = with_refused(unknown, resp["topics"])

@@ -283,9 +283,6 @@ async def known_partitions(ctx: RequestContext, topics: list[dict[str, Any]]) ->
     """Split an (Txn)OffsetCommit's or OffsetDelete's ``topics`` into the partitions that exist and, in response
     form, UNKNOWN_TOPIC_OR_PARTITION for the rest, as Kafka checks commits against its metadata.
     While the catalogue cannot answer, every partition goes ahead unchecked."""
-    known = known_now(ctx, topics)
-    if known is not None:
-        return known
     try:
         infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in topics], False)
     except Exception:
