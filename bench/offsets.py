@@ -77,7 +77,8 @@ print((rss() - before) / count)
 def measure_replay(n: int, data_dir: str) -> tuple[float, float]:
     from rafka import ids
     from rafka.shard.handlers import ShardState
-    from rafka.shard.wal import Wal, read_entries
+    from rafka.shard.wal import Wal
+    from rafka.shard.wal_stream import read_entries
 
     wal = Wal(data_dir, set(range(64)), 64, fsync="never")
     batch = []

@@ -13,7 +13,8 @@ from rafka.shard.data import DataPlane
 from rafka.shard.log.manager import LogManager
 from rafka.shard.log.producers import PRODUCER_ID_EXPIRATION_MS
 from rafka.shard.records import Record, RecordType
-from rafka.shard.wal import EntryTooLarge, Wal, encode_entry
+from rafka.shard.wal import EntryTooLarge, Wal
+from rafka.shard.wal_stream import encode_entry
 
 ORG, PARTITIONS = "acme", 4
 CONFIGS = {"retention.ms": "3600000"}

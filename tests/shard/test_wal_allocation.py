@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from rafka.shard import wal as wal_module
+from rafka.shard import wal_stream
 from rafka.shard.records import Record, RecordType
-from rafka.shard.wal import Stream, Wal, encode_entry, read_entries
+from rafka.shard.wal import Wal
+from rafka.shard.wal_stream import Stream, encode_entry, read_entries
 
 
 def commit(n: int) -> list[Record]:
@@ -117,7 +118,7 @@ def test_appends_go_on_where_space_cannot_be_allocated_ahead(tmp_path: Path, mon
     def refuse(fd: int, offset: int, length: int) -> None:
         raise OSError(error, os.strerror(error))
 
-    monkeypatch.setattr(wal_module.os, "posix_fallocate", refuse)
+    monkeypatch.setattr(wal_stream.os, "posix_fallocate", refuse)
     w = Wal(tmp_path, set(range(4)), 4, fsync="always")
     for n in range(50):
         w.append(commit(n))

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from rafka.shard.records import Record, RecordType
-from rafka.shard.wal import Wal, read_entries
+from rafka.shard.wal import Wal
+from rafka.shard.wal_stream import read_entries
 
 
 def _churn(wal: Wal, rounds: int) -> dict[tuple[int, Any], Any]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rafka.shard import wal as wal_module
+from rafka.shard import wal_stream
 from rafka.shard.records import Record, RecordType
 from rafka.shard.wal import Wal, WalError
 
@@ -61,7 +61,7 @@ def recovered(path: Path) -> list[int]:
 @pytest.fixture
 def failing(monkeypatch: pytest.MonkeyPatch) -> FailingOs:
     fake = FailingOs()
-    monkeypatch.setattr(wal_module, "os", fake)
+    monkeypatch.setattr(wal_stream, "os", fake)  # the streams' file calls
     return fake
 
 
@@ -196,7 +196,7 @@ def test_an_fsync_stuck_on_its_thread_does_not_hold_the_process_exit(tmp_path: P
     script = textwrap.dedent(f"""
         import os, threading, sys
         from pathlib import Path
-        from rafka.shard import wal as wal_module
+        from rafka.shard import wal as wal_module, wal_stream
         from rafka.shard.records import Record, RecordType
 
         stuck = threading.Event()
@@ -210,7 +210,7 @@ def test_an_fsync_stuck_on_its_thread_does_not_hold_the_process_exit(tmp_path: P
                     threading.Event().wait()  # never answers
                 os.fdatasync(fd)
 
-        wal_module.os = StuckOs()
+        wal_stream.os = StuckOs()
         w = wal_module.Wal(Path({str(tmp_path)!r}), set(range(64)), 64, fsync="batch", inline_fsync_under_ms=0)
         by_stream = {{}}
         for g in (f"g{{i}}" for i in range(1000)):
@@ -293,8 +293,8 @@ def test_a_new_segment_file_and_its_new_directories_are_durable_before_the_commi
     (KAFKA-3968): every directory that gained an entry is fsynced in the pass that makes the
     entries in it durable, deepest first, once."""
     synced: list[Path] = []
-    real = wal_module._fsync_dir
-    monkeypatch.setattr(wal_module, "_fsync_dir", lambda d: (synced.append(d), real(d)))
+    real = wal_stream._fsync_dir
+    monkeypatch.setattr(wal_stream, "_fsync_dir", lambda d: (synced.append(d), real(d)))
     w = Wal(tmp_path, set(range(4)), 4, fsync="always", segment_bytes=200)
     w.append(commit(("acme", "g"), 1))
     assert synced == []  # not yet committed
