@@ -6,7 +6,7 @@ the default durable fsync policy (batch), with fsync always, and in memory. Also
 CPU each side spent per commit: the clients', rafka's (gateway and shards) and the
 mock's (its threads in this process); on a machine the clients share with the
 broker, client + broker CPU per commit bounds the rate.
-Usage: python bench/commits.py [--seconds 5] [--clients 1,4]
+Usage: python bench/commits.py [--seconds 5] [--clients 1,4] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import multiprocessing as mp
 import resource
 import time
 import uuid
+from statistics import median
 
 from common import cpu_seconds, mock_cluster, rafka, table
 
@@ -89,33 +90,56 @@ def measure(bootstrap: str, mode: str, seconds: float, clients: int) -> tuple[in
     return sum(r[0] for r in results), done, sum(r[2] for r in results) * 1e6 / done
 
 
+CONFIGS = [("batch fsync", []), ("always fsync", ["--fsync", "always"]), ("in-memory", ["--in-memory"])]
+
+
+def _round(mode: str, clients: int, seconds: float, shards: int) -> dict[str, tuple[int, float, float]]:
+    """One measurement of the mock and of each rafka configuration: rate, client and broker CPU µs
+    per commit."""
+    out = {}
+    with mock_cluster() as mock:
+        before = _cpu()  # the mock's threads live in this process, which otherwise waits
+        rate, done, client_us = measure(mock, mode, seconds, clients)
+        out["mock"] = (rate, client_us, (_cpu() - before) * 1e6 / done)
+    for label, flags in CONFIGS:
+        with rafka(*flags, shards=shards) as bootstrap:
+            before = cpu_seconds(bootstrap.pid)
+            rate, done, client_us = measure(bootstrap, mode, seconds, clients)
+            out[label] = (rate, client_us, (cpu_seconds(bootstrap.pid) - before) * 1e6 / done)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--clients", default="1")
     ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure the mock and rafka this many times, one after the other, and report medians: "
+                         "on a shared machine one run of either can be off by a third")
     args = ap.parse_args()
-    client_counts = [int(x) for x in args.clients.split(",")]
     targets = {"sync": 0.75, "async": 1.0}
     rows, cpu_rows = [], []
-    for clients in client_counts:
+    for clients in (int(x) for x in args.clients.split(",")):
         for mode in ("sync", "async"):
-            with mock_cluster() as mock:
-                before = _cpu()  # the mock's threads live in this process, which otherwise waits
-                base, done, base_client_us = measure(mock, mode, args.seconds, clients)
-                mock_us = (_cpu() - before) * 1e6 / done
-            cpu_rows.append([mode, clients, "mock", f"{base_client_us:.0f}", f"{mock_us:.0f}"])
-            for label, flags in [("batch fsync", []), ("always fsync", ["--fsync", "always"]),
-                                 ("in-memory", ["--in-memory"])]:
-                with rafka(*flags, shards=args.shards) as bootstrap:
-                    before = cpu_seconds(bootstrap.pid)
-                    got, done, client_us = measure(bootstrap, mode, args.seconds, clients)
-                    broker_us = (cpu_seconds(bootstrap.pid) - before) * 1e6 / done
-                cpu_rows.append([mode, clients, f"rafka, {label}", f"{client_us:.0f}", f"{broker_us:.0f}"])
-                ratio = got / base if base else float("nan")
-                rows.append([mode, clients, label, f"{got:,}", f"{base:,}", f"{ratio:.2f}x",
-                             f"{targets[mode]:.2f}x", "met" if ratio >= targets[mode] else "not met"])
-    print(table(rows, ["commits", "clients", "rafka", "rafka/s", "mock/s", "ratio", "target", ""]))
+            rounds = [_round(mode, clients, args.seconds, args.shards) for _ in range(args.rounds)]
+            mock = [r["mock"] for r in rounds]
+            cpu_rows.append([mode, clients, "mock", f"{median(m[1] for m in mock):.0f}",
+                             f"{median(m[2] for m in mock):.0f}"])
+            for label, _flags in CONFIGS:
+                got = [r[label] for r in rounds]
+                # each round's ratio sets rafka against the mock measured minutes apart, not hours
+                ratios = sorted(g[0] / m[0] if m[0] else float("nan") for g, m in zip(got, mock))
+                ratio = median(ratios)
+                spread = f"{ratios[0]:.2f}–{ratios[-1]:.2f}x" if len(ratios) > 1 else ""
+                rows.append([mode, clients, label, f"{median(g[0] for g in got):,.0f}", f"{median(m[0] for m in mock):,.0f}",
+                             f"{ratio:.2f}x", spread, f"{targets[mode]:.2f}x",
+                             "met" if ratio >= targets[mode] else "not met"])
+                cpu_rows.append([mode, clients, f"rafka, {label}", f"{median(g[1] for g in got):.0f}",
+                                 f"{median(g[2] for g in got):.0f}"])
+    if args.rounds > 1:
+        print(f"medians of {args.rounds} rounds; ratio: the median of the rounds' ratios, with their range")
+    print(table(rows, ["commits", "clients", "rafka", "rafka/s", "mock/s", "ratio", "range", "target", ""]))
     print()
     print(table(cpu_rows, ["commits", "clients", "broker", "client CPU µs/commit", "broker CPU µs/commit"]))
 

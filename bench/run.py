@@ -19,8 +19,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 FULL = [
-    ["commits.py", "--seconds", "5", "--clients", "1,4,16"],
-    ["commits.py", "--seconds", "5", "--clients", "4", "--shards", "2"],
+    ["commits.py", "--seconds", "4", "--clients", "1,4,16", "--rounds", "3"],
+    ["commits.py", "--seconds", "4", "--clients", "4", "--shards", "2", "--rounds", "3"],
     ["groups.py"],
     ["offsets.py"],
     ["produce_consume.py"],
