@@ -9,14 +9,18 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer
 
+from rafka import ids
 from tests.integration.clients import Member, consumer, covers_exactly, create_topic, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
+from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
 
@@ -225,3 +229,68 @@ def test_list_groups_while_a_shard_is_down_is_a_retriable_load_in_progress(fresh
     finally:
         os.kill(pid, signal.SIGCONT)
     wait_for(lambda: listed() == (0, 0), 15, "both answer again once the shard is back")
+
+
+def test_find_coordinator_answers_coordinator_not_available_while_the_groups_shard_is_down(tmp_path: Path) -> None:
+    """While a group's shard is down, FindCoordinator answers COORDINATOR_NOT_AVAILABLE with no node
+    (v4 per key, v0–3 at the top), as Kafka answers for a coordinator partition without a live
+    leader, and the other shard's groups are found as before. librdkafka and kafka-python
+    consumers that start meanwhile look again after their backoff, surface no error, and join
+    and read once the shard is back."""
+    broker = Rafka(tmp_path / "data", shards=2).start()
+    try:
+        catalogue = ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, "\0topics"), 2)
+        stopped = 1 - catalogue  # topics stay known while it is down
+
+        def group_on(shard: int) -> str:
+            while True:
+                g = _name("fc")
+                if ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, g), 2) == shard:
+                    return g
+
+        up, down, down2 = group_on(catalogue), group_on(stopped), group_on(stopped)
+        topic = _name("fct")
+        while ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, topic, 0), 2) != catalogue:
+            topic = _name("fct")
+        create_topic(broker.bootstrap, topic, 1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce(topic, b"m")
+        assert producer.flush(10) == 0
+
+        def find(keys: list[str]) -> list[tuple[int, int]]:
+            with RawClient("127.0.0.1", broker.port) as c:
+                resp = c.request(10, 4, {"key_type": 0, "coordinator_keys": keys})
+            return [(x["error_code"], x["node_id"]) for x in resp["coordinators"]]
+
+        assert find([up, down]) == [(0, 0), (0, 0)]
+        pid = broker.children()[f"rafka-shard-{stopped}"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: find([up, down]) == [(0, 0), (15, -1)], 15)  # 15: COORDINATOR_NOT_AVAILABLE
+            with RawClient("127.0.0.1", broker.port) as c:
+                old = c.request(10, 3, {"key": down, "key_type": 0})
+                txn = c.request(10, 3, {"key": down, "key_type": 1})  # a transactional id on that shard
+            assert (old["error_code"], old["node_id"], old["host"], old["port"]) == (15, -1, "", -1)
+            assert old["error_message"] == "The coordinator is not available."
+            assert txn["error_code"] == 15
+
+            rk = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": down, "auto.offset.reset": "earliest"})
+            rk.subscribe([topic])
+            assert [m.error() for m in rk.consume(10, 3.0)] == []  # it waits for its coordinator, quietly
+            kp = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=down2, auto_offset_reset="earliest")
+            assert kp.poll(timeout_ms=3000) == {}
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: find([down]) == [(0, 0)], 15)
+        got: list[bytes | None] = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = [m.value() for m in rk.consume(10, 1.0) if not m.error()]
+        assert got == [b"m"]
+        while not (batch := kp.poll(timeout_ms=1000)) and time.monotonic() < deadline:
+            pass
+        assert [r.value for records in batch.values() for r in records] == [b"m"]
+        rk.close()
+        kp.close()
+    finally:
+        broker.stop()

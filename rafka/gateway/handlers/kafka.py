@@ -5,6 +5,9 @@ Version notes:
   by the connection (see server.py). The list comes from the handler registry.
 - FindCoordinator 0–6: v4+ batches keys (``coordinator_keys``); the gateway is
   every group's and transaction's coordinator, the shards behind it own the state.
+  A key whose shard is down answers COORDINATOR_NOT_AVAILABLE with no node, as Kafka
+  answers for a coordinator partition without a live leader: clients look again
+  after their backoff instead of sending each group op to a coordinator that fails it.
 - DescribeCluster 0–1: the gateway is the only broker and the controller.
 - DescribeAcls, CreateAcls, DeleteAcls 1–3: rafka has no ACLs (a client may do
   everything within its organisation), so each answers as a Kafka without an
@@ -18,6 +21,7 @@ from typing import Any
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
+from rafka.gateway.handlers.errors import Err
 
 CLUSTER_ID = "rafka-cluster"
 
@@ -63,10 +67,17 @@ async def find_coordinator(ctx: RequestContext, req: dict[str, Any]) -> dict[str
                 "host": "", "port": -1, "coordinators": [
                     {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
                      "error_message": why} for k in keys]}
-    coordinators = [{"key": k, "node_id": b["node_id"], "host": b["host"], "port": b["port"],
-                     "error_code": 0, "error_message": None} for k in keys]
-    return {"throttle_time": 0, "error_code": 0, "error_message": None, "node_id": b["node_id"],
-            "host": b["host"], "port": b["port"], "coordinators": coordinators}
+    router = ctx.gateway.router
+    coordinators = [
+        {"key": k, "node_id": b["node_id"], "host": b["host"], "port": b["port"], "error_code": 0, "error_message": None}
+        if router.is_alive(router.shard_for_group(ctx.org_id, k)) else
+        {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": Err.COORDINATOR_NOT_AVAILABLE,
+         "error_message": "The coordinator is not available."}  # Kafka's message for the error
+        for k in keys]
+    first = coordinators[0] if coordinators else {"error_code": 0, "error_message": None, "node_id": b["node_id"],
+                                                  "host": b["host"], "port": b["port"]}  # v0–3 ask for one key
+    return {"throttle_time": 0, "error_code": first["error_code"], "error_message": first["error_message"],
+            "node_id": first["node_id"], "host": first["host"], "port": first["port"], "coordinators": coordinators}
 
 
 @api(60, 0, 1, "kafka.describe-cluster")
