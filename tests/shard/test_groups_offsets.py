@@ -27,6 +27,23 @@ def test_simple_consumer_commit_creates_an_empty_group_and_is_fetched_back() -> 
         "partition_index": 0, "committed_offset": 10, "committed_leader_epoch": 3, "metadata": "ckpt", "error_code": 0}
 
 
+def test_a_partition_listed_many_times_is_answered_each_time_and_stored_once_with_its_last_value() -> None:
+    """Replay would leave the last value anyway; one record per listing let a small request
+    under a long group id write megabytes of log (one record, with the group id, per entry)."""
+    ctx = GroupsTestContext()
+    op = commit_op("g", {"t": {0: 1}})
+    op["topics"] = [{"name": "t", "partitions": [
+        {"partition_index": p, "committed_offset": o, "committed_leader_epoch": -1, "committed_metadata": m}
+        for p, o, m in [(0, 1, ""), (1, 5, ""), (0, 2, ""), (0, 3, "x" * 5000)]]},
+        {"name": "t", "partitions": [{"partition_index": 1, "committed_offset": 6, "committed_leader_epoch": -1,
+                                      "committed_metadata": ""}]}]
+    resp = ctx.call("offset_commit", op)
+    assert [[p["error_code"] for p in t["partitions"]] for t in resp["topics"]] == [[0, 0, 0, Errors.OFFSET_METADATA_TOO_LARGE], [0]]
+    stored = [r.key[2:] for r in ctx.last_records if r.type == RecordType.OFFSET_COMMIT]
+    assert stored == [("t", 0), ("t", 1)]
+    assert {p["partition_index"]: p["committed_offset"] for p in ctx.fetch("g")["topics"][0]["partitions"]} == {0: 2, 1: 6}
+
+
 def test_metadata_is_stored_verbatim_and_null_reads_back_empty() -> None:
     ctx = GroupsTestContext()
     ctx.commit("g", {"t": {0: 1}}, metadata=' {"json": "é"} ')

@@ -195,10 +195,11 @@ def test_an_envelope_with_a_bad_id_or_op_is_dropped_and_the_rest_of_its_batch_se
 
 
 def test_an_op_too_large_for_one_log_entry_is_refused_and_the_shard_serves_on(tmp_path: Any, monkeypatch: Any) -> None:
-    """An OffsetCommit listing one partition thousands of times under a long group id made a
-    write-ahead-log entry recovery cannot read (over 256 MiB from a 210 KB request): the shard
-    treated it as a failed disk and exited, taking every organisation's groups on it down. Now
-    nothing is written, that op alone fails, and the next commit is stored."""
+    """An OffsetCommit of many partitions under a long group id could make a write-ahead-log
+    entry recovery cannot read (over 256 MiB from a 210 KB request that listed one partition
+    thousands of times, which is now stored once): the shard treated it as a failed disk and
+    exited, taking every organisation's groups on it down. Now nothing is written, that op alone
+    fails, and the next commit is stored."""
     from rafka.config import Config
     from rafka.shard import wal as wal_module
     from rafka.shard.state import build_state
@@ -206,9 +207,10 @@ def test_an_op_too_large_for_one_log_entry_is_refused_and_the_shard_serves_on(tm
     monkeypatch.setattr(wal_module, "MAX_ENTRY", 50_000)  # stands for 256 MiB
     _one_metrics(monkeypatch)
 
-    def commit(group: str, repeats: int) -> dict[str, Any]:
+    def commit(group: str, partitions: int) -> dict[str, Any]:
         return {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "api_version": 9,
-                "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}] * repeats}]}
+                "topics": [{"name": "t", "partitions": [{"partition_index": i, "committed_offset": 5}
+                                                        for i in range(partitions)]}]}
 
     async def main() -> None:
         cfg = Config(data_dir=str(tmp_path), shards=1, coordinator_partitions=4)

@@ -101,6 +101,10 @@ class OffsetsMixin(MembershipMixin):
         retention = op.get("retention_time", -1)
         expire_ts = now_ms + retention if retention is not None and retention != -1 else None
         topics_out = []
+        # A partition listed more than once is answered each time and stored once, with its last
+        # value, which replay would have left anyway: a small request naming one partition
+        # thousands of times under a long group id no longer writes megabytes of log.
+        commits: dict[tuple[str, int], Record] = {}
         for topic in op.get("topics") or []:
             name = topic["name"]
             parts_out = []
@@ -111,13 +115,14 @@ class OffsetsMixin(MembershipMixin):
                     parts_out.append({"partition_index": index, "error_code": Errors.OFFSET_METADATA_TOO_LARGE})
                     continue
                 epoch = p.get("committed_leader_epoch")
-                records.append(new_offset_commit_record(
+                commits[(name, index)] = new_offset_commit_record(
                     org_id, group_id, name, index, p["committed_offset"],
                     -1 if epoch is None else epoch, metadata or "", now_ms, expire_ts,
-                ))
+                )
                 parts_out.append({"partition_index": index, "error_code": Errors.NONE})
             topics_out.append({"name": name, "partitions": parts_out})
         respond({"topics": topics_out})
+        records.extend(commits.values())
         return records
 
     def offset_fetch(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
