@@ -195,6 +195,16 @@ def test_pending_txn_offsets_are_unstable_until_the_commit_marker() -> None:
     assert ctx.marker(7, True, partitions=(), groups=("g",)) == []  # repeat: no-op
 
 
+def test_a_partition_listed_twice_in_a_txn_offset_commit_is_stored_once_with_its_last_value() -> None:
+    ctx = LogCtx()
+    records, resp = ctx.participant.txn_offset_commit(ORG, {
+        "transactional_id": "tx", "group_id": "g", "producer_id": 7, "producer_epoch": 0, "generation_id": -1,
+        "member_id": "", "topics": [{"name": "in", "partitions": [
+            {"partition_index": 0, "committed_offset": o, "committed_metadata": ""} for o in (3, 4, 5)]}]}, 100)
+    assert [p["error_code"] for p in resp["topics"][0]["partitions"]] == [0, 0, 0]
+    assert [(r.key, r.value["offset"]) for r in records] == [((ORG, "g", 7, "in", 0), 5)]
+
+
 def test_aborted_txn_offsets_are_discarded() -> None:
     ctx = LogCtx()
     records, _ = ctx.participant.txn_offset_commit(ORG, {

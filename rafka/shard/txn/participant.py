@@ -114,7 +114,8 @@ class TxnParticipant:
         committed_offset, committed_leader_epoch, committed_metadata}]}]}``."""
         error = self._validate(org_id, op)
         max_bytes = self.groups.config.offset_metadata_max_bytes
-        records, topics = [], []
+        records: dict[tuple[str, int], Record] = {}  # a partition listed twice: stored once, its last value
+        topics = []
         for t in op.get("topics") or []:
             parts = []
             for p in t.get("partitions") or []:
@@ -124,13 +125,12 @@ class TxnParticipant:
                 if code:
                     continue
                 epoch = p.get("committed_leader_epoch")
-                records.append(Record(RecordType.TXN_OFFSET_COMMIT,
-                                      (org_id, op["group_id"], op["producer_id"], t["name"], p["partition_index"]),
-                                      {"offset": p["committed_offset"], "leader_epoch": -1 if epoch is None else epoch,
-                                       "metadata": metadata, "commit_ts": now_ms,
-                                       "producer_epoch": op.get("producer_epoch", -1)}))
+                records[(t["name"], p["partition_index"])] = Record(
+                    RecordType.TXN_OFFSET_COMMIT, (org_id, op["group_id"], op["producer_id"], t["name"], p["partition_index"]),
+                    {"offset": p["committed_offset"], "leader_epoch": -1 if epoch is None else epoch,
+                     "metadata": metadata, "commit_ts": now_ms, "producer_epoch": op.get("producer_epoch", -1)})
             topics.append({"name": t["name"], "partitions": parts})
-        return records, {"topics": topics}
+        return list(records.values()), {"topics": topics}
 
     def write_markers(self, org_id: str, op: dict[str, Any], now_ms: int) -> Result:
         """WRITE_TXN_MARKERS. ``op = {markers: [{producer_id, producer_epoch, committed,
