@@ -31,6 +31,19 @@ def spread_name(prefix: str, partitions: int, shards: int = 2) -> str:
             return name
 
 
+def name_on_shard(prefix: str, shard: int, shards: int = 2, *, topic: bool = False) -> str:
+    """A unique group or transactional id whose coordinator partition lives on ``shard`` of
+    ``shards`` (with ``topic``: a topic name whose partition 0's log lives there)."""
+    from rafka import ids
+
+    while True:
+        name = unique_name(prefix)
+        partition = (ids.log_partition(ids.DEFAULT_ORG, name, 0) if topic
+                     else ids.coordinator_partition(ids.DEFAULT_ORG, name))
+        if ids.shard_for_partition(partition, shards) == shard:
+            return name
+
+
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name]

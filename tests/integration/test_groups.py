@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer
 
 from rafka import ids
-from tests.integration.clients import Member, consumer, covers_exactly, create_topic, wait_for
+from tests.integration.clients import Member, consumer, covers_exactly, create_topic, name_on_shard, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.rawclient import RawClient
@@ -241,17 +241,8 @@ def test_find_coordinator_answers_coordinator_not_available_while_the_groups_sha
     try:
         catalogue = ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, "\0topics"), 2)
         stopped = 1 - catalogue  # topics stay known while it is down
-
-        def group_on(shard: int) -> str:
-            while True:
-                g = _name("fc")
-                if ids.shard_for_partition(ids.coordinator_partition(ids.DEFAULT_ORG, g), 2) == shard:
-                    return g
-
-        up, down, down2 = group_on(catalogue), group_on(stopped), group_on(stopped)
-        topic = _name("fct")
-        while ids.shard_for_partition(ids.log_partition(ids.DEFAULT_ORG, topic, 0), 2) != catalogue:
-            topic = _name("fct")
+        up, down, down2 = (name_on_shard("fc", shard) for shard in (catalogue, stopped, stopped))
+        topic = name_on_shard("fct", catalogue, topic=True)
         create_topic(broker.bootstrap, topic, 1)
         producer = Producer({"bootstrap.servers": broker.bootstrap})
         producer.produce(topic, b"m")

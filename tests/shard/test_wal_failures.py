@@ -197,7 +197,7 @@ def test_an_fsync_stuck_on_its_thread_does_not_hold_the_process_exit(tmp_path: P
         import os, threading, sys
         from pathlib import Path
         from rafka.shard import wal as wal_module, wal_stream
-        from rafka.shard.records import Record, RecordType
+        from tests.shard.test_wal_failures import _groups_in_distinct_streams, commit
 
         stuck = threading.Event()
 
@@ -212,12 +212,8 @@ def test_an_fsync_stuck_on_its_thread_does_not_hold_the_process_exit(tmp_path: P
 
         wal_stream.os = StuckOs()
         w = wal_module.Wal(Path({str(tmp_path)!r}), set(range(64)), 64, fsync="batch", inline_fsync_under_ms=0)
-        by_stream = {{}}
-        for g in (f"g{{i}}" for i in range(1000)):
-            r = Record(RecordType.OFFSET_COMMIT, ("o", g, "t", 0), {{"offset": 1}})
-            by_stream.setdefault(w.stream_key(r), r)
-        for r in list(by_stream.values())[:3]:
-            w.append([r])
+        for g in _groups_in_distinct_streams(w, 3):
+            w.append(commit(("o", g), 1))
         fut = w.commit()
         assert fut is not None and stuck.wait(10) and not fut.done()
         sys.exit(0)

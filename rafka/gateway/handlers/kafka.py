@@ -60,24 +60,22 @@ async def find_coordinator(ctx: RequestContext, req: dict[str, Any]) -> dict[str
     keys = req.get("coordinator_keys")
     if keys is None or ctx.api_version < 4:
         keys = [req.get("key", "")]
-    if req.get("key_type", GROUP_COORDINATOR) not in (GROUP_COORDINATOR, TRANSACTION_COORDINATOR):
+    key_type = req.get("key_type", GROUP_COORDINATOR)
+    if key_type not in (GROUP_COORDINATOR, TRANSACTION_COORDINATOR):
         # Kafka's CoordinatorType.forId refuses the type: the request's error response (no share groups here)
-        why = f"Unknown coordinator type received: {req['key_type']}"
-        return {"throttle_time": 0, "error_code": INVALID_REQUEST, "error_message": why, "node_id": -1,
-                "host": "", "port": -1, "coordinators": [
-                    {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": INVALID_REQUEST,
-                     "error_message": why} for k in keys]}
-    router = ctx.gateway.router
-    coordinators = [
-        {"key": k, "node_id": b["node_id"], "host": b["host"], "port": b["port"], "error_code": 0, "error_message": None}
-        if router.is_alive(router.shard_for_group(ctx.org_id, k)) else
-        {"key": k, "node_id": -1, "host": "", "port": -1, "error_code": Err.COORDINATOR_NOT_AVAILABLE,
-         "error_message": "The coordinator is not available."}  # Kafka's message for the error
-        for k in keys]
-    first = coordinators[0] if coordinators else {"error_code": 0, "error_message": None, "node_id": b["node_id"],
-                                                  "host": b["host"], "port": b["port"]}  # v0–3 ask for one key
-    return {"throttle_time": 0, "error_code": first["error_code"], "error_message": first["error_message"],
-            "node_id": first["node_id"], "host": first["host"], "port": first["port"], "coordinators": coordinators}
+        top = _no_coordinator(INVALID_REQUEST, f"Unknown coordinator type received: {key_type}")
+        answers = [top] * len(keys)
+    else:
+        router = ctx.gateway.router
+        here = {"node_id": b["node_id"], "host": b["host"], "port": b["port"], "error_code": 0, "error_message": None}
+        down = _no_coordinator(Err.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")  # Kafka's message
+        answers = [here if router.is_alive(router.shard_for_group(ctx.org_id, k)) else down for k in keys]
+        top = answers[0] if answers else here  # v0–3 ask for one key and get its answer at the top
+    return {"throttle_time": 0, **top, "coordinators": [{"key": k, **a} for k, a in zip(keys, answers)]}
+
+
+def _no_coordinator(error_code: int, message: str) -> dict[str, Any]:
+    return {"node_id": -1, "host": "", "port": -1, "error_code": error_code, "error_message": message}
 
 
 @api(60, 0, 1, "kafka.describe-cluster")
