@@ -219,3 +219,41 @@ def test_a_topic_deleted_before_a_power_loss_stays_deleted_and_its_new_incarnati
         assert again in topics and gone not in topics
     finally:
         broker.stop()
+
+
+def test_a_committed_transaction_survives_a_power_loss_and_an_unfinished_one_stays_invisible(tmp_path: Path) -> None:
+    broker, shadow = _recording_broker(tmp_path)
+    src, dst, group = _name("src"), _name("dst"), _name("g")
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for fut in admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in (src, dst)]).values():
+            fut.result(15)
+        member = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+        meta = member.consumer_group_metadata()
+        p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": _name("tid")})
+        p.init_transactions(15)
+        p.begin_transaction()
+        for i in range(20):
+            p.produce(dst, value=f"committed-{i}".encode(), partition=0)
+        p.send_offsets_to_transaction([TopicPartition(src, 0, 20)], meta, 15)
+        p.commit_transaction(15)
+        p.begin_transaction()
+        p.produce(dst, value=b"open", partition=0)
+        p.flush(15)  # written, never committed
+        broker = _after_power_loss(tmp_path, broker, shadow)
+
+        assert _committed(broker.bootstrap, group, src) == 20
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("r"), "isolation.level": "read_committed",
+                      "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition(dst, 0, 0)])
+        values, deadline = [], time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error():
+                break  # the last stable offset
+            if m is not None:
+                values.append(m.value())
+        c.close()
+        assert values == [f"committed-{i}".encode() for i in range(20)]
+    finally:
+        broker.stop()
