@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.clients import Member, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.powerloss.sitecustomize import build_image, path_identity
@@ -38,12 +39,16 @@ def _recording_broker(tmp_path: Path, *flags: str) -> tuple[Rafka, Path]:
     return Rafka(data, shards=2, extra=["--log-retention-check-interval-ms", "300", *flags], env=env).start(), shadow
 
 
-def _after_power_loss(tmp_path: Path, broker: Rafka, shadow: Path) -> Rafka:
-    """kill -9 every process, then start a broker (without the shim) on what a power loss would leave."""
+def _after_power_loss(tmp_path: Path, broker: Rafka, shadow: Path, *, same_port: bool = False) -> Rafka:
+    """kill -9 every process, then start a broker (without the shim) on what a power loss would
+    leave (on the same port: for clients that carry on)."""
     broker.kill_all()
     image = tmp_path / "image"
     build_image(path_identity(broker.data_dir), shadow, image)
-    return Rafka(image, shards=2).start()
+    after = Rafka(image, shards=2)
+    if same_port:
+        after.port = broker.port
+    return after.start()
 
 
 class _Load:
@@ -255,5 +260,25 @@ def test_a_committed_transaction_survives_a_power_loss_and_an_unfinished_one_sta
                 values.append(m.value())
         c.close()
         assert values == [f"committed-{i}".encode() for i in range(20)]
+    finally:
+        broker.stop()
+
+
+def test_a_group_member_carries_on_after_a_power_loss_without_a_rebalance(tmp_path: Path) -> None:
+    broker, shadow = _recording_broker(tmp_path)
+    topic, group = _name("t"), _name("g")
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)])[topic].result(15)
+        m = Member(broker.bootstrap, group, topic, **{"session.timeout.ms": 20000})
+        try:
+            wait_for(lambda: m.assigned == {0, 1, 2, 3}, 30, "assignment")
+            events = len(m.events)
+            broker = _after_power_loss(tmp_path, broker, shadow, same_port=True)
+            time.sleep(4)  # several heartbeats against the recovered coordinator
+            assert m.assigned == {0, 1, 2, 3}
+            assert m.events[events:] == [], "membership and generation survived: no rebalance"
+        finally:
+            m.close()
     finally:
         broker.stop()
