@@ -122,6 +122,21 @@ def wait_for(pred: Callable[[], bool], timeout: float = 30.0, what: str = "condi
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def member_carries_on(bootstrap: str, group: str, topic: str, restart: Callable[[], object]) -> None:
+    """The only member of a 4-partition topic's group keeps its assignment across ``restart()``
+    (a broker restart on the same port), with no rebalance: its membership and generation survived."""
+    m = Member(bootstrap, group, topic, **{"session.timeout.ms": 20000})
+    try:
+        wait_for(lambda: m.assigned == {0, 1, 2, 3}, 30, "assignment")
+        events = len(m.events)
+        restart()
+        time.sleep(4)  # several heartbeats against the recovered coordinator
+        assert m.assigned == {0, 1, 2, 3}
+        assert m.events[events:] == [], "membership and generation survived: no rebalance"
+    finally:
+        m.close()
+
+
 def covers_exactly(members: list[Member], partitions: int) -> bool:
     seen: list[int] = []
     for m in members:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from tests.integration.clients import Member, create_topic, wait_for
+from tests.integration.clients import create_topic, member_carries_on
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 
@@ -72,19 +72,14 @@ def test_group_survives_broker_restart_without_rebalance(tmp_path: Path) -> None
     topic, group = _name("t"), _name("g")
     try:
         create_topic(broker.bootstrap, topic, 4)
-        m = Member(broker.bootstrap, group, topic, **{"session.timeout.ms": 20000})
-        try:
-            wait_for(lambda: m.assigned == {0, 1, 2, 3}, 30, "assignment")
-            events = len(m.events)
+
+        def restart() -> None:
             port = broker.port
             broker.kill_all()
             broker.port = port
             broker.start()
-            time.sleep(4)  # several heartbeats against the recovered coordinator
-            assert m.assigned == {0, 1, 2, 3}
-            assert m.events[events:] == [], "membership and generation survived: no rebalance"
-        finally:
-            m.close()
+
+        member_carries_on(broker.bootstrap, group, topic, restart)
     finally:
         broker.stop()
 
