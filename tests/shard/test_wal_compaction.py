@@ -4,6 +4,11 @@ compaction replays to the same state."""
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +18,9 @@ import pytest
 from rafka.shard.records import Record, RecordType
 from rafka.shard.wal import Wal
 from rafka.shard.wal_stream import read_entries
+from tests.powerloss.sitecustomize import build_image, path_identity
+
+SHIM = Path(__file__).resolve().parents[1] / "powerloss"
 
 
 def _churn(wal: Wal, rounds: int) -> dict[tuple[int, Any], Any]:
@@ -96,3 +104,45 @@ def test_a_crash_midway_through_a_compaction_replays_to_the_same_state(tmp_path:
     assert len(unlinked) == 1 and all(p.exists() for p in sealed if p not in unlinked)
     wal.close()
     assert _replayed(tmp_path)[0] == expected, "no deleted member comes back, no value goes back in time"
+
+
+def test_a_power_loss_after_compactions_replays_every_acknowledged_record(tmp_path: Path) -> None:
+    """Under the simulated power loss of ``tests/powerloss`` (only what was fsynced is left): the
+    compacted segment's rename and the deletions after it leave a log that replays to the state of
+    the last acknowledged commit."""
+    root, shadow, image = tmp_path / "root", tmp_path / "shadow", tmp_path / "image"
+    root.mkdir()
+    shadow.mkdir()
+    script = textwrap.dedent(f"""
+        import os, pickle
+        from rafka.shard.records import Record, RecordType
+        from rafka.shard.wal import Wal
+        from tests.shard.test_wal_compaction import _churn, _compact_now
+
+        def commit(wal):
+            durable = wal.commit()  # None: durable already (fsynced in place)
+            if durable is not None:
+                durable.result()
+
+        wal = Wal({str(root)!r}, {{0}}, 1, segment_bytes=4096)
+        first = Record(RecordType.OFFSET_COMMIT, ("org", "g", "t", 2), {{"offset": 99}})  # only in compacted segments
+        wal.append([first])
+        expected = _churn(wal, 1500)
+        expected[(int(first.type), first.key)] = first.value
+        commit(wal)
+        _compact_now(wal)
+        last = Record(RecordType.OFFSET_COMMIT, ("org", "g", "t", 1), {{"offset": 7}})
+        wal.append([last])
+        commit(wal)  # acknowledged: then the power goes
+        expected[(int(last.type), last.key)] = last.value
+        with open({str(tmp_path / "expected")!r}, "wb") as f:
+            pickle.dump(expected, f)
+        os._exit(0)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(SHIM), str(SHIM.parents[1]))),
+           "RAFKA_POWERLOSS_ROOT": str(root), "RAFKA_POWERLOSS_SHADOW": str(shadow)}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    build_image(path_identity(root), shadow, image)
+    assert len(list((image / "meta" / "00").glob("*.wal"))) >= 2  # compacted, then rolled on
+    expected = pickle.loads((tmp_path / "expected").read_bytes())
+    assert _replayed(image)[0] == expected
