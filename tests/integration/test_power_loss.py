@@ -43,6 +43,7 @@ def _after_power_loss(tmp_path: Path, broker: Rafka, shadow: Path, *, same_port:
     """kill -9 every process, then start a broker (without the shim) on what a power loss would
     leave (on the same port: for clients that carry on)."""
     broker.kill_all()
+    assert any(shadow.iterdir()), "the broker ran without tests/powerloss: no fsync was noted"
     image = tmp_path / "image"
     build_image(path_identity(broker.data_dir), shadow, image)
     after = Rafka(image, shards=2)
