@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from tests.powerloss.sitecustomize import build_image, path_identity
-
-SHIM = Path(__file__).resolve().parent / "powerloss"
+from tests.powerloss.sitecustomize import build_image, path_identity, recording_env
 
 
 def _run(script: str, root: Path, shadow: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(SHIM), "RAFKA_POWERLOSS_ROOT": str(root), "RAFKA_POWERLOSS_SHADOW": str(shadow)}
-    subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=root, env=env, check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=root, env=recording_env(root, shadow),
+                   check=True, timeout=60)
 
 
 def test_an_image_holds_what_was_fsynced_and_nothing_else(tmp_path: Path) -> None:

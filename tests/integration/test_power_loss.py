@@ -8,7 +8,6 @@ durable; after kill -9 the data directory a power loss would leave is built from
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -20,12 +19,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.integration.clients import create_topic, member_carries_on, read_confluent
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
-from tests.powerloss.sitecustomize import build_image, path_identity
+from tests.powerloss.sitecustomize import build_image, path_identity, recording_env
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
 
-SHIM = Path(__file__).resolve().parents[1] / "powerloss"
 MIB = 1024 * 1024
 WAL_SEGMENT = 64 * MIB  # where a write-ahead-log stream rolls
 
@@ -34,9 +32,8 @@ def _recording_broker(tmp_path: Path, *flags: str) -> tuple[Rafka, Path]:
     data, shadow = tmp_path / "data", tmp_path / "shadow"
     data.mkdir()
     shadow.mkdir()
-    path = os.pathsep.join(p for p in (str(SHIM), os.environ.get("PYTHONPATH", "")) if p)
-    env = {"PYTHONPATH": path, "RAFKA_POWERLOSS_ROOT": str(data), "RAFKA_POWERLOSS_SHADOW": str(shadow)}
-    return Rafka(data, shards=2, extra=["--log-retention-check-interval-ms", "300", *flags], env=env).start(), shadow
+    return Rafka(data, shards=2, extra=["--log-retention-check-interval-ms", "300", *flags],
+                 env=recording_env(data, shadow)).start(), shadow
 
 
 def _after_power_loss(tmp_path: Path, broker: Rafka, shadow: Path, *, same_port: bool = False) -> Rafka:

@@ -52,6 +52,15 @@ def path_identity(path: str | Path) -> str:
         os.close(fd)
 
 
+def recording_env(root: str | Path, shadow: str | Path, *paths: str | Path) -> dict[str, str]:
+    """The environment of a Python process recorded for ``build_image`` (``paths``: more of its
+    ``PYTHONPATH``)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [here, *map(str, paths), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "RAFKA_POWERLOSS_ROOT": str(root),
+            "RAFKA_POWERLOSS_SHADOW": str(shadow)}
+
+
 class _Recorder:
     """Wraps the ``os`` calls that write, and the two that make writes durable."""
 

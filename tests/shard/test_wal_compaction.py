@@ -4,7 +4,6 @@ compaction replays to the same state."""
 
 from __future__ import annotations
 
-import os
 import pickle
 import subprocess
 import sys
@@ -18,9 +17,7 @@ import pytest
 from rafka.shard.records import Record, RecordType
 from rafka.shard.wal import Wal
 from rafka.shard.wal_stream import read_entries
-from tests.powerloss.sitecustomize import build_image, path_identity
-
-SHIM = Path(__file__).resolve().parents[1] / "powerloss"
+from tests.powerloss.sitecustomize import build_image, path_identity, recording_env
 
 
 def _churn(wal: Wal, rounds: int) -> dict[tuple[int, Any], Any]:
@@ -139,8 +136,7 @@ def test_a_power_loss_after_compactions_replays_every_acknowledged_record(tmp_pa
             pickle.dump(expected, f)
         os._exit(0)
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(SHIM), str(SHIM.parents[1]))),
-           "RAFKA_POWERLOSS_ROOT": str(root), "RAFKA_POWERLOSS_SHADOW": str(shadow)}
+    env = recording_env(root, shadow, Path(__file__).resolve().parents[2])  # the repository: ``tests`` imports
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
     build_image(path_identity(root), shadow, image)
     assert len(list((image / "meta" / "00").glob("*.wal"))) >= 2  # compacted, then rolled on
