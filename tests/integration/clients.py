@@ -122,15 +122,29 @@ def wait_for(pred: Callable[[], bool], timeout: float = 30.0, what: str = "condi
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def member_carries_on(bootstrap: str, group: str, topic: str, restart: Callable[[], object]) -> None:
-    """The only member of a 4-partition topic's group keeps its assignment across ``restart()``
-    (a broker restart on the same port), with no rebalance: its membership and generation survived."""
-    m = Member(bootstrap, group, topic, **{"session.timeout.ms": 20000})
+class ConsumerProtocolMember(Member):
+    """A ``group.protocol=consumer`` (KIP-848) consumer polled on its own thread."""
+
+    incremental = True
+    poll_timeout = 0.05
+
+    def make_consumer(self, bootstrap: str, group: str, extra: dict[str, Any]) -> Consumer:
+        conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                "topic.metadata.refresh.interval.ms": 1000}
+        conf.update(extra)
+        return Consumer(conf)
+
+
+def member_carries_on(m: Member, restart: Callable[[], object], settle: float = 4.0) -> None:
+    """``m``, the only member of a 4-partition topic's group, keeps its assignment across
+    ``restart()`` (a broker restart on the same port) with no rebalance: its membership and
+    generation (or member epoch) survived. ``settle``: seconds of heartbeats after it. Closes ``m``."""
     try:
         wait_for(lambda: m.assigned == {0, 1, 2, 3}, 30, "assignment")
         events = len(m.events)
         restart()
-        time.sleep(4)  # several heartbeats against the recovered coordinator
+        time.sleep(settle)  # heartbeats against the recovered coordinator
         assert m.assigned == {0, 1, 2, 3}
         assert m.events[events:] == [], "membership and generation survived: no rebalance"
     finally:

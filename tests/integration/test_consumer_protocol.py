@@ -32,18 +32,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rafka]:
     b.stop()
 
 
-class Member(clients.Member):
-    """A ``group.protocol=consumer`` consumer polled on its own thread."""
-
-    incremental = True
-    poll_timeout = 0.05
-
-    def make_consumer(self, bootstrap: str, group: str, extra: dict[str, Any]) -> Consumer:
-        conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-                "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                "topic.metadata.refresh.interval.ms": 1000}
-        conf.update(extra)
-        return Consumer(conf)
+Member = clients.ConsumerProtocolMember
 
 
 def disjoint_cover(members: list[Member]) -> bool:

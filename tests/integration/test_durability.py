@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from tests.integration.clients import create_topic, member_carries_on
+from tests.integration.clients import Member, create_topic, member_carries_on
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 
@@ -79,7 +79,7 @@ def test_group_survives_broker_restart_without_rebalance(tmp_path: Path) -> None
             broker.port = port
             broker.start()
 
-        member_carries_on(broker.bootstrap, group, topic, restart)
+        member_carries_on(Member(broker.bootstrap, group, topic, **{"session.timeout.ms": 20000}), restart)
     finally:
         broker.stop()
 

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.clients import create_topic, member_carries_on, read_confluent
+from tests.integration.clients import ConsumerProtocolMember, Member, create_topic, member_carries_on, read_confluent
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.powerloss.sitecustomize import build_image, path_identity, recording_env
@@ -255,8 +255,21 @@ def test_a_group_member_carries_on_after_a_power_loss_without_a_rebalance(tmp_pa
     topic, group = _name("t"), _name("g")
     try:
         create_topic(broker.bootstrap, topic, 4)
-        member_carries_on(broker.bootstrap, group, topic,
+        member_carries_on(Member(broker.bootstrap, group, topic, **{"session.timeout.ms": 20000}),
                           lambda: after.append(_after_power_loss(tmp_path, broker, shadow, same_port=True)))
+    finally:
+        (after or [broker])[-1].stop()
+
+
+def test_a_kip848_member_carries_on_after_a_power_loss_without_a_rebalance(tmp_path: Path) -> None:
+    broker, shadow = _recording_broker(tmp_path)
+    after: list[Rafka] = []
+    topic, group = _name("t"), _name("g")
+    try:
+        create_topic(broker.bootstrap, topic, 4)
+        member_carries_on(ConsumerProtocolMember(broker.bootstrap, group, topic),
+                          lambda: after.append(_after_power_loss(tmp_path, broker, shadow, same_port=True)),
+                          settle=8)  # past a heartbeat interval (5 s)
     finally:
         (after or [broker])[-1].stop()
 
