@@ -249,27 +249,19 @@ def test_a_committed_transaction_survives_a_power_loss_and_an_unfinished_one_sta
         broker.stop()
 
 
-def test_a_group_member_carries_on_after_a_power_loss_without_a_rebalance(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("protocol", "settle"), [("classic", 4.0), ("consumer", 8.0)])  # KIP-848: 5 s heartbeats
+def test_a_group_member_carries_on_after_a_power_loss_without_a_rebalance(tmp_path: Path, protocol: str,
+                                                                         settle: float) -> None:
+    """Its membership and generation (classic) or member epoch (KIP-848) were durable."""
     broker, shadow = _recording_broker(tmp_path)
     after: list[Rafka] = []
     topic, group = _name("t"), _name("g")
     try:
         create_topic(broker.bootstrap, topic, 4)
-        member_carries_on(Member(broker.bootstrap, group, topic, **{"session.timeout.ms": 20000}),
-                          lambda: after.append(_after_power_loss(tmp_path, broker, shadow, same_port=True)))
-    finally:
-        (after or [broker])[-1].stop()
-
-
-def test_a_kip848_member_carries_on_after_a_power_loss_without_a_rebalance(tmp_path: Path) -> None:
-    broker, shadow = _recording_broker(tmp_path)
-    after: list[Rafka] = []
-    topic, group = _name("t"), _name("g")
-    try:
-        create_topic(broker.bootstrap, topic, 4)
-        member_carries_on(ConsumerProtocolMember(broker.bootstrap, group, topic),
-                          lambda: after.append(_after_power_loss(tmp_path, broker, shadow, same_port=True)),
-                          settle=8)  # past a heartbeat interval (5 s)
+        member = (Member(broker.bootstrap, group, topic, **{"session.timeout.ms": 20000}) if protocol == "classic"
+                  else ConsumerProtocolMember(broker.bootstrap, group, topic))
+        member_carries_on(member, lambda: after.append(_after_power_loss(tmp_path, broker, shadow, same_port=True)),
+                          settle)
     finally:
         (after or [broker])[-1].stop()
 
