@@ -44,10 +44,20 @@ def name_on_shard(prefix: str, shard: int, shards: int = 2, *, topic: bool = Fal
             return name
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name]
+    fut = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})])[name]
     fut.result(timeout=15)
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int = 1) -> list[int]:
+    """``group``'s committed offsets of ``topic``'s first ``partitions`` partitions (OffsetFetch)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=20)
+        return [tp.offset for tp in got]
+    finally:
+        c.close()
 
 
 def consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:

@@ -11,20 +11,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from tests.integration.clients import Member, create_topic, member_carries_on
+from tests.integration.clients import Member, committed_offsets, create_topic, member_carries_on
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 
 pytestmark = pytest.mark.integration
-
-
-def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=20)
-        return [tp.offset for tp in got]
-    finally:
-        c.close()
 
 
 def _read_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
@@ -54,7 +45,7 @@ def test_kill_9_whole_broker_loses_nothing_acknowledged(tmp_path: Path) -> None:
         c.close()
         broker.kill_all()
         broker.start()
-        assert _committed(broker.bootstrap, group, topic, 3) == [100, 101, 102]
+        assert committed_offsets(broker.bootstrap, group, topic, 3) == [100, 101, 102]
         got = _read_all(broker.bootstrap, topic, 600)
         assert sorted(got) == sorted(f"v{i}".encode() for i in range(600))
         # and the logs continue at the right offsets
@@ -114,7 +105,7 @@ def test_kill_9_one_shard_during_synchronous_commits(tmp_path: Path) -> None:
         c.close()
         assert killer_done.is_set()
         assert acked > 200, "commits resumed after the shard restarted"
-        assert _committed(broker.bootstrap, group, topic, 1)[0] >= acked
+        assert committed_offsets(broker.bootstrap, group, topic, 1)[0] >= acked
     finally:
         broker.stop()
 
@@ -266,7 +257,7 @@ def test_restart_with_a_different_shard_count(tmp_path: Path) -> None:
         broker.shards = 3
         broker.start()
         for k, g in enumerate(groups):
-            assert _committed(broker.bootstrap, g, topic, 1) == [k + 1]
+            assert committed_offsets(broker.bootstrap, g, topic, 1) == [k + 1]
         assert len(_read_all(broker.bootstrap, topic, 200)) == 200
     finally:
         broker.stop()
@@ -299,13 +290,13 @@ def test_torn_and_corrupt_wal_tail_recovers_to_last_good_record(tmp_path: Path) 
         data = seg.read_bytes()[:_entries_end(seg)]  # without the zeros allocated ahead of the entries
         seg.write_bytes(data[:-3])  # a torn last entry: the commit of 30 was never completed on disk
         broker.start()
-        assert _committed(broker.bootstrap, group, topic, 1) == [20]
+        assert committed_offsets(broker.bootstrap, group, topic, 1) == [20]
         assert "truncating" in broker.logs()
         broker.kill_all()
         data = seg.read_bytes()[:_entries_end(seg)]
         seg.write_bytes(data[:-2] + bytes([data[-2] ^ 0xFF]) + data[-1:])  # corrupt the last good entry's payload
         broker.start()
-        assert _committed(broker.bootstrap, group, topic, 1) == [10]
+        assert committed_offsets(broker.bootstrap, group, topic, 1) == [10]
         assert "checksum mismatch" in broker.logs()
     finally:
         broker.stop()

@@ -14,9 +14,16 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from tests.integration.clients import ConsumerProtocolMember, Member, create_topic, member_carries_on, read_confluent
+from tests.integration.clients import (
+    ConsumerProtocolMember,
+    Member,
+    committed_offsets,
+    create_topic,
+    member_carries_on,
+    read_confluent,
+)
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.powerloss.sitecustomize import build_image, path_identity, recording_env
@@ -55,7 +62,7 @@ class _Load:
 
     def __init__(self, bootstrap: str, topics: list[str], groups: list[str]) -> None:
         self.bootstrap, self.topics, self.groups = bootstrap, topics, groups
-        self.records: dict[tuple[str, int, int], bytes] = {}  # (topic, partition, offset) -> value
+        self.records: dict[tuple[str, int], bytes] = {}  # (topic, offset) -> value, all on partition 0
         self.commits: dict[str, int] = {}  # group -> last offset committed on partition 0
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._produce), threading.Thread(target=self._commit)]
@@ -75,7 +82,7 @@ class _Load:
 
         def acked(err: object, msg: object) -> None:
             if err is None:
-                self.records[(msg.topic(), msg.partition(), msg.offset())] = msg.value()  # type: ignore[attr-defined]
+                self.records[(msg.topic(), msg.offset())] = msg.value()  # type: ignore[attr-defined]
 
         i = 0
         while not self.stop.is_set():
@@ -114,42 +121,30 @@ def _read(bootstrap: str, topic: str) -> dict[int, bytes]:
     return {offset: value for offset, _key, value in read_confluent(bootstrap, topic, -2)}
 
 
-def _committed(bootstrap: str, group: str, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        return c.committed([TopicPartition(topic, 0)], timeout=20)[0].offset
-    finally:
-        c.close()
-
-
 def test_a_power_loss_loses_no_acknowledged_commit_or_record(tmp_path: Path) -> None:
     broker, shadow = _recording_broker(tmp_path)
     kept, trimmed = _name("kept"), _name("trimmed")
     groups = [_name(f"g{i}") for i in range(6)]  # several groups: several streams, several files
     try:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         small = {"segment.bytes": str(MIB)}  # retention deletes whole segments of the partition log
-        for fut in admin.create_topics([
-            NewTopic(kept, num_partitions=1, replication_factor=1, config=small),
-            NewTopic(trimmed, num_partitions=1, replication_factor=1, config={**small, "retention.bytes": str(MIB)}),
-        ]).values():
-            fut.result(15)
+        create_topic(broker.bootstrap, kept, 1, small)
+        create_topic(broker.bootstrap, trimmed, 1, {**small, "retention.bytes": str(MIB)})
         load = _Load(broker.bootstrap, [kept, trimmed], groups)
         load.start()
         # until the kept topic's write-ahead log has rolled to a new segment file (64 MiB), while
         # retention deletes the other's oldest segments
         enough = WAL_SEGMENT // (8 * 1024) + 500
         deadline = time.monotonic() + 60
-        while sum(t == kept for t, _p, _o in list(load.records)) < enough and time.monotonic() < deadline:
+        while sum(t == kept for t, _o in list(load.records)) < enough and time.monotonic() < deadline:
             time.sleep(0.2)
         broker = _after_power_loss(tmp_path, broker, shadow)
         load.join()
         assert len(load.commits) == len(groups) and len(load.records) > enough, (load.commits, len(load.records))
 
         for group in groups:
-            assert _committed(broker.bootstrap, group, kept) >= load.commits[group], group
+            assert committed_offsets(broker.bootstrap, group, kept)[0] >= load.commits[group], group
         for topic in (kept, trimmed):
-            acked = {o: v for (t, _p, o), v in load.records.items() if t == topic}
+            acked = {o: v for (t, o), v in load.records.items() if t == topic}
             stored = _read(broker.bootstrap, topic)
             start, end, last = min(stored, default=-1), max(stored, default=-1), max(acked)
             assert start == 0 if topic == kept else start > 0, (topic, start)  # retention ran on the other
@@ -167,13 +162,12 @@ def test_the_simulated_power_loss_does_lose_what_was_never_fsynced(tmp_path: Pat
     broker, shadow = _recording_broker(tmp_path, "--fsync", "never")
     topic, group = _name("t"), _name("g")
     try:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(15)
+        create_topic(broker.bootstrap, topic, 1)
         c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
         c.commit(offsets=[TopicPartition(topic, 0, 42)], asynchronous=False)
         c.close()
         broker = _after_power_loss(tmp_path, broker, shadow)
-        assert _committed(broker.bootstrap, group, topic) < 42
+        assert committed_offsets(broker.bootstrap, group, topic)[0] < 42
     finally:
         broker.stop()
 
@@ -183,24 +177,20 @@ def test_a_topic_deleted_before_a_power_loss_stays_deleted_and_its_new_incarnati
     broker, shadow = _recording_broker(tmp_path)
     again, gone = _name("again"), _name("gone")
     try:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-
-        def create(*names: str) -> None:
-            for fut in admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in names]).values():
-                fut.result(15)
-
         def produce(topic: str, values: list[bytes]) -> None:
             p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
             for v in values:
                 p.produce(topic, value=v, partition=0)
             assert p.flush(15) == 0
 
-        create(again, gone)
+        create_topic(broker.bootstrap, again, 1)
+        create_topic(broker.bootstrap, gone, 1)
         produce(again, [f"old-{i}".encode() for i in range(50)])
         produce(gone, [b"x"] * 10)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # held: its futures need the handle
         for fut in admin.delete_topics([again, gone]).values():
             fut.result(15)
-        create(again)
+        create_topic(broker.bootstrap, again, 1)
         produce(again, [f"new-{i}".encode() for i in range(10)])
         broker = _after_power_loss(tmp_path, broker, shadow)
 
@@ -215,9 +205,8 @@ def test_a_committed_transaction_survives_a_power_loss_and_an_unfinished_one_sta
     broker, shadow = _recording_broker(tmp_path)
     src, dst, group = _name("src"), _name("dst"), _name("g")
     try:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for fut in admin.create_topics([NewTopic(n, num_partitions=1, replication_factor=1) for n in (src, dst)]).values():
-            fut.result(15)
+        create_topic(broker.bootstrap, src, 1)
+        create_topic(broker.bootstrap, dst, 1)
         member = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
         meta = member.consumer_group_metadata()
         p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": _name("tid")})
@@ -232,7 +221,7 @@ def test_a_committed_transaction_survives_a_power_loss_and_an_unfinished_one_sta
         p.flush(15)  # written, never committed
         broker = _after_power_loss(tmp_path, broker, shadow)
 
-        assert _committed(broker.bootstrap, group, src) == 20
+        assert committed_offsets(broker.bootstrap, group, src) == [20]
         c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("r"), "isolation.level": "read_committed",
                       "enable.partition.eof": True, "auto.offset.reset": "earliest"})
         c.assign([TopicPartition(dst, 0, 0)])

@@ -29,6 +29,8 @@ import struct
 import threading
 from pathlib import Path
 
+import msgpack
+
 _FS_IOC_GETVERSION = 0x80087601
 _LEN = struct.Struct(">I")
 
@@ -68,8 +70,8 @@ class _Recorder:
         self.root = os.path.realpath(root) + os.sep
         self.shadow = shadow
         self.lock = threading.Lock()
-        self.dirty: dict[int, list[tuple[int, int]]] = {}  # fd opened with os.open -> ranges written since
-        self.full: set[int] = set()  # those fds whose file had bytes before they were tracked
+        # fd opened with os.open -> ranges written since its last fsync (from the start: the bytes it had)
+        self.dirty: dict[int, list[tuple[int, int]]] = {}
         self.real = {name: getattr(os, name) for name in ("open", "close", "pwrite", "write", "fsync", "fdatasync")}
         self.journals: dict[str, int] = {}
 
@@ -78,8 +80,8 @@ class _Recorder:
         os.close = self.close  # type: ignore[assignment]
         os.pwrite = self.pwrite  # type: ignore[assignment]
         os.write = self.write  # type: ignore[assignment]
-        os.fsync = self.fsync  # type: ignore[assignment]
-        os.fdatasync = self.fsync  # type: ignore[assignment]
+        os.fsync = self._durable(self.real["fsync"])  # type: ignore[assignment]
+        os.fdatasync = self._durable(self.real["fdatasync"])  # type: ignore[assignment]
 
     def _under_root(self, fd: int) -> str | None:
         try:
@@ -90,19 +92,16 @@ class _Recorder:
 
     def open(self, path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-def]
         fd = self.real["open"](path, flags, mode, dir_fd=dir_fd)
+        st = os.fstat(fd)
         with self.lock:
             self.dirty.pop(fd, None)
-            self.full.discard(fd)
-            if self._under_root(fd) is not None and stat.S_ISREG(os.fstat(fd).st_mode):
-                self.dirty[fd] = []
-                if os.fstat(fd).st_size:
-                    self.full.add(fd)
+            if stat.S_ISREG(st.st_mode) and self._under_root(fd) is not None:
+                self.dirty[fd] = [(0, st.st_size)] if st.st_size else []
         return fd
 
     def close(self, fd: int) -> None:
         with self.lock:
             self.dirty.pop(fd, None)
-            self.full.discard(fd)
         self.real["close"](fd)
 
     def pwrite(self, fd: int, data, offset: int) -> int:  # type: ignore[no-untyped-def]
@@ -123,11 +122,16 @@ class _Recorder:
                 ranges.append((at, n))
         return n
 
-    def fsync(self, fd: int) -> None:
-        note = self._note(fd)
-        self.real["fsync"](fd)
-        if note is not None:
-            self._save(*note)
+    def _durable(self, real):  # type: ignore[no-untyped-def]
+        """``real`` (fsync or fdatasync), noting what it makes durable."""
+
+        def call(fd: int) -> None:
+            note = self._note(fd)
+            real(fd)
+            if note is not None:
+                self._save(*note)
+
+        return call
 
     def _note(self, fd: int) -> tuple[str, bytes] | None:
         """What an fsync of ``fd`` starting now makes durable: (identity, serialized note)."""
@@ -150,10 +154,9 @@ class _Recorder:
             return None
         with self.lock:  # every range written before now is in ``ranges`` and below ``size``
             ranges = self.dirty.get(fd)
-            whole = ranges is None or fd in self.full
+            whole = ranges is None
             if ranges is not None:
                 self.dirty[fd] = []
-                self.full.discard(fd)
             size = os.fstat(fd).st_size
         with open(f"/proc/self/fd/{fd}", "rb") as f:
             if whole:
@@ -163,8 +166,6 @@ class _Recorder:
                 for offset, n in ranges or ():
                     f.seek(offset)
                     writes.append((offset, f.read(n)))
-        import msgpack
-
         return "file-" + ident, msgpack.packb([size, writes, whole])
 
     def _save(self, name: str, note: bytes) -> None:
@@ -184,8 +185,6 @@ class _Recorder:
 
 def _replay(journal: Path) -> bytes:
     """A file's bytes as of its last whole note."""
-    import msgpack
-
     data = journal.read_bytes()
     out = bytearray()
     pos = 0
@@ -206,13 +205,11 @@ def _replay(journal: Path) -> bytes:
     return bytes(out)
 
 
-def build_image(root_identity: str, shadow: str | Path, out: str | Path) -> int:
-    """Write into ``out`` what a power loss now would leave of the root; how many files it holds."""
+def build_image(root_identity: str, shadow: str | Path, out: str | Path) -> None:
+    """Write into ``out`` what a power loss now would leave of the root."""
     shadow = Path(shadow)
-    count = 0
 
     def fill(ident: str, target: Path) -> None:
-        nonlocal count
         listing = shadow / f"dir-{ident}"
         if not listing.exists():
             return  # never fsynced: no entry is durable
@@ -223,11 +220,9 @@ def build_image(root_identity: str, shadow: str | Path, out: str | Path) -> int:
             else:
                 journal = shadow / f"file-{child}"
                 (target / name).write_bytes(_replay(journal) if journal.exists() else b"")
-                count += 1
 
     Path(out).mkdir(parents=True, exist_ok=True)
     fill(root_identity, Path(out))
-    return count
 
 
 _root, _shadow = os.environ.get("RAFKA_POWERLOSS_ROOT"), os.environ.get("RAFKA_POWERLOSS_SHADOW")
