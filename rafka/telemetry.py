@@ -92,12 +92,13 @@ class RequestMeter:
             t = self._tallies[labels] = RequestTally(self._requests.labels(*labels), self._latency.labels(*labels))
         return t
 
-    def record(self, t: RequestTally, seconds: float) -> None:
+    def record(self, t: RequestTally, seconds: float, requests: int = 1) -> None:
+        """``requests`` requests took ``seconds`` each."""
         if not t.count:
             self._dirty.append(t)
-        t.count += 1
-        t.total += seconds
-        t.buckets[bisect_left(t.bounds, seconds)] += 1
+        t.count += requests
+        t.total += seconds * requests
+        t.buckets[bisect_left(t.bounds, seconds)] += requests
         if self._scheduled is None or self._scheduled.is_closed():  # (a closed one will never run it)
             try:
                 loop = asyncio.get_running_loop()
@@ -180,6 +181,8 @@ def _gateway_span(name: str, ctx: Any) -> Iterator[str | None]:
     with tracer.start_as_current_span(f"rafka.gateway.{name}") as span:
         span.set_attribute("rafka.org_id", ctx.org_id)
         span.set_attribute("kafka.api_version", ctx.api_version)
+        if ctx.requests > 1:  # a run of OffsetCommits answered by one handler call
+            span.set_attribute("rafka.requests", ctx.requests)
         yield _traceparent(span)
 
 

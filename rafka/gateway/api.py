@@ -61,6 +61,7 @@ class RequestContext:
     org_id: str
     gateway: Any  # rafka.gateway.server.Gateway
     trace: str | None = None
+    requests: int = 1  # the requests this call answers (a run of OffsetCommits: see commit_runs.py)
 
 
 def _error_codes(resp: dict[str, Any], out: list[int]) -> None:
@@ -85,15 +86,15 @@ async def run(spec: ApiSpec, ctx: RequestContext, op: dict[str, Any]) -> dict[st
         try:
             resp = await spec.fn(ctx, op)
         except Exception:
-            telemetry.gateway_metrics().errors.labels(label, "exception").inc()
+            telemetry.gateway_metrics().errors.labels(label, "exception").inc(ctx.requests)
             raise
         finally:
-            meter.record(tally, time.perf_counter() - start)
+            meter.record(tally, time.perf_counter() - start, ctx.requests)
     if resp is not None:
         codes: list[int] = []
         _error_codes(resp, codes)
         if codes:
             errors = telemetry.gateway_metrics().errors
             for code in set(codes):
-                errors.labels(label, str(code)).inc()
+                errors.labels(label, str(code)).inc(ctx.requests)
     return resp

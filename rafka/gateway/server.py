@@ -55,6 +55,7 @@ from rafka import telemetry
 from rafka.gateway import api as api_mod
 from rafka.gateway import auth
 from rafka.gateway.api import REGISTRY, RequestContext
+from rafka.gateway.commit_runs import OFFSET_COMMIT, CommitRun, commit_layout
 from rafka.gateway.inline import InlineRequest
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
@@ -264,6 +265,7 @@ class KafkaConnection(asyncio.Protocol):
         self.max_inflight: int = gateway.config.max_inflight_per_connection
         self.last_active = time.monotonic()
         self._held: deque[bytes] = deque()  # frames waiting behind an unfinished SASL request
+        self._commit_run: CommitRun | None = None  # OffsetCommits of this read answered by one handler call
         self._sasl_pending = 0
         self._answered = False  # a request finished during dispatch; its response awaits the write
         self._write_scheduled = False
@@ -307,6 +309,7 @@ class KafkaConnection(asyncio.Protocol):
             fut.cancel()
         self.queue.clear()
         self._held.clear()
+        self._commit_run = None
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -333,6 +336,7 @@ class KafkaConnection(asyncio.Protocol):
                 if self._closed:
                     break
                 self.handle_frame(frame)
+            self._end_run()
             self.gw.router.flush()  # the ops these requests queued go to the shards now
             if self._closed:
                 return
@@ -352,6 +356,7 @@ class KafkaConnection(asyncio.Protocol):
     def _release_held(self) -> None:
         while self._held and not self._closed and not self._must_wait():
             self._dispatch(self._held.popleft())
+        self._end_run()
         self._write_answered()
 
     def _write_answered(self) -> None:
@@ -363,6 +368,13 @@ class KafkaConnection(asyncio.Protocol):
             self._update_reading()
 
     def _dispatch(self, frame: bytes) -> None:
+        run = self._commit_run
+        if run is not None and run.matches(frame) and self._session_valid():
+            fut = self.loop.create_future()
+            self.queue.append(fut)
+            run.add(frame, fut)
+            return
+        self._end_run()
         state = self.auth
         if not state.authenticated and state.raw and state.exchange is not None:
             self._raw_sasl_token(frame)
@@ -378,11 +390,7 @@ class KafkaConnection(asyncio.Protocol):
             telemetry.gateway_metrics().closed_bad_input.labels("unauthenticated").inc()
             self.close()
             return
-        if state.expires is not None and api_key not in PRE_AUTH_APIS and (
-                state.exchange is not None or time.monotonic() > state.expires):
-            # Kafka's SocketServer closes a connection whose SASL session expired (KIP-368), and one
-            # that sends other requests while it re-authenticates (an exchange left unfinished
-            # would otherwise keep a revoked user's session open for good)
+        if api_key not in PRE_AUTH_APIS and not self._session_valid():
             why = "its SASL session expired" if state.exchange is None else "a request during re-authentication"
             log.info("closing connection from %s: %s", self.peer, why)
             telemetry.gateway_metrics().closed_bad_input.labels("session_expired").inc()
@@ -403,6 +411,21 @@ class KafkaConnection(asyncio.Protocol):
             self.bad_input("version", f"API key {api_key} version {version} is not supported "
                                       f"(supported {spec.min_version}-{spec.max_version})")
             return
+        if api_key == OFFSET_COMMIT:
+            spans = commit_layout(frame, version)
+            if spans is not None:  # the frame opens a run; the handler runs when it ends
+                fut = self.loop.create_future()
+                self.queue.append(fut)
+                self._commit_run = CommitRun(frame, spans)
+                self._commit_run.add(frame, fut)
+                return
+        self._start(spec, frame, version, correlation_id)
+
+    def _start(self, spec: api_mod.ApiSpec, frame: bytes, version: int, correlation_id: int,
+               run: CommitRun | None = None) -> None:
+        """Decode the request and run its handler; the response goes to the end of the queue, or
+        to every request of ``run`` (``frame`` is its last)."""
+        api_key = spec.key
         req_cls = codec.request_class(api_key, version)
         try:
             header = codec.read_request_header(frame, req_cls.__header_schema__.__flexible__)  # type: ignore[union-attr]
@@ -417,7 +440,16 @@ class KafkaConnection(asyncio.Protocol):
             context = contextvars.copy_context()
             context.run(_connection.set, self)
             self._sasl_pending += 1
-        fut = InlineRequest(self._run(spec, ctx, op), self.loop, context)
+        if run is not None:
+            ctx.requests = len(run.frames)
+        fut = InlineRequest(self._handle(spec, ctx, op), self.loop, context)
+        if run is not None:
+            if fut.done():
+                run.answer(fut)
+                self._answered = True
+            else:
+                fut.on_done = lambda f: (run.answer(f), self._on_done(f))
+            return
         self.queue.append(fut)
         if fut.done():
             self._answered = True  # written once the whole burst has been dispatched
@@ -425,6 +457,25 @@ class KafkaConnection(asyncio.Protocol):
             fut.on_done = self._on_done
         if sasl:
             fut.add_done_callback(self._on_sasl_done)
+
+    def _session_valid(self) -> bool:
+        """Kafka's SocketServer closes a connection whose SASL session expired (KIP-368), and one
+        that sends other requests while it re-authenticates (an exchange left unfinished would
+        otherwise keep a revoked user's session open for good)."""
+        state = self.auth
+        return state.expires is None or (state.exchange is None and time.monotonic() <= state.expires)
+
+    def _end_run(self) -> None:
+        """Run the handler of the open OffsetCommit run, on its last frame."""
+        run = self._commit_run
+        if run is None:
+            return
+        self._commit_run = None
+        if self._closed:
+            return
+        frame = run.frames[-1]
+        api_key, version, correlation_id = codec.peek_key_version_correlation(frame)
+        self._start(REGISTRY[api_key], frame, version, correlation_id, run)
 
     def _raw_sasl_token(self, frame: bytes) -> None:
         """After SaslHandshake v0 the client sends SASL tokens without Kafka headers."""
@@ -442,7 +493,7 @@ class KafkaConnection(asyncio.Protocol):
         if self._held and not self._closed:
             self._release_held()
 
-    async def _run(self, spec: api_mod.ApiSpec, ctx: RequestContext, op: dict[str, Any]) -> bytes | None:
+    async def _handle(self, spec: api_mod.ApiSpec, ctx: RequestContext, op: dict[str, Any]) -> bytes | None:
         try:
             resp = await api_mod.run(spec, ctx, op)
         except Exception:

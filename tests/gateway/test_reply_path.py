@@ -42,8 +42,8 @@ class QueueingRouter(FakeRouter):
         return fut
 
 
-def _commit(correlation_id: int, offset: int) -> bytes:
-    return encode_request(8, 9, {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "",
+def _commit(correlation_id: int, offset: int, group: str = "g") -> bytes:
+    return encode_request(8, 9, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
                                  "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
                                      {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
                                       "committed_metadata": ""}]}]}, correlation_id=correlation_id)
@@ -64,7 +64,7 @@ def test_a_reads_ops_leave_with_it_and_a_replys_answers_are_written_with_it() ->
         router.sent.clear()
         d.transport.out.clear()
 
-        d.conn.data_received(_commit(2, 11) + _commit(3, 12))
+        d.conn.data_received(_commit(2, 11) + _commit(3, 12, group="g2"))  # two groups: two ops
         assert [p["topics"][0]["partitions"][0]["committed_offset"] for _op, p, _f in router.sent] == [11, 12], \
             "both ops were sent when the read had been handled"
         assert router.queued == []

@@ -1,0 +1,153 @@
+"""Runs of OffsetCommit requests that differ only in their offsets: one handler call for a run.
+
+How this works: a consumer committing asynchronously sends its commits back to back, and
+under load one client read holds dozens of them, byte for byte the same but for the
+correlation id and the committed offsets (the same group, member, generation, partitions,
+leader epochs and metadata). ``commit_layout`` walks an OffsetCommit frame (versions 2–9)
+and returns the byte ranges outside those fields; a later frame of the same length whose
+bytes in those ranges are equal has the same fields, so it joins the connection's open
+``CommitRun`` with a bytes comparison, without being decoded. When the run ends (at the
+end of the read, or before any other frame of the connection is handled) the handler runs
+once, on the run's last frame: its commits are the ones that stand once the run's commits
+have been applied in order, as the coordinator would apply them one by one. The run is
+answered as one: every request of it gets that response, under its own correlation id,
+in its place in the connection's response order, once the last frame's commit is durable
+— nothing acknowledges a commit before the offsets that replace it are stored. The
+request counters count every request of a run. A frame this walk does not accept (tagged
+fields in the body, a null array, bytes left over) takes the ordinary path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+from rafka.protocol.codec import DecodeError, read_uvarint
+
+OFFSET_COMMIT = 8
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+Spans = tuple[tuple[int, int], ...]
+
+
+def _string(frame: bytes, pos: int, flexible: bool) -> int:
+    """The position after a (nullable) string at ``pos``."""
+    if flexible:
+        n, pos = read_uvarint(frame, pos)
+        return pos + max(n - 1, 0)
+    (n,) = _I16.unpack_from(frame, pos)
+    return pos + 2 + max(n, 0)
+
+
+def _array(frame: bytes, pos: int, flexible: bool) -> tuple[int, int]:
+    """An array's item count and the position after it (-1: null, refused by the caller)."""
+    if flexible:
+        n, pos = read_uvarint(frame, pos)
+        return n - 1, pos
+    (n,) = _I32.unpack_from(frame, pos)
+    return n, pos + 4
+
+
+def commit_layout(frame: bytes, version: int) -> Spans | None:
+    """The byte ranges of an OffsetCommit request frame (size prefix excluded) other than its
+    correlation id and committed offsets, or None if it is not one this walk accepts."""
+    flexible = version >= 8
+    end = len(frame)
+    offsets: list[int] = []
+    try:
+        pos = _string(frame, 8, False)  # client_id: a header string is never compact
+        if flexible:
+            if frame[pos] != 0:
+                return None
+            pos += 1
+        pos = _string(frame, pos, flexible) + 4  # group_id, generation_id_or_member_epoch
+        pos = _string(frame, pos, flexible)  # member_id
+        if version >= 7:
+            pos = _string(frame, pos, flexible)  # group_instance_id
+        if version <= 4:
+            pos += 8  # retention_time_ms
+        topics, pos = _array(frame, pos, flexible)
+        if topics < 0:
+            return None
+        for _ in range(topics):
+            pos = _string(frame, pos, flexible)  # name
+            partitions, pos = _array(frame, pos, flexible)
+            if partitions < 0 or pos > end:
+                return None
+            for _ in range(partitions):
+                offsets.append(pos + 4)  # after partition_index
+                pos += 12 + (4 if version >= 6 else 0)  # committed_offset, committed_leader_epoch
+                pos = _string(frame, pos, flexible)  # committed_metadata
+                if flexible:
+                    if frame[pos] != 0:
+                        return None
+                    pos += 1
+                if pos > end:
+                    return None
+            if flexible:
+                if frame[pos] != 0:
+                    return None
+                pos += 1
+        if flexible:
+            if frame[pos] != 0:
+                return None
+            pos += 1
+    except (IndexError, struct.error, DecodeError):
+        return None
+    if pos != end:
+        return None
+    spans = [(0, 4)]  # api key and version; the correlation id follows
+    start = 8
+    for at in offsets:
+        spans.append((start, at))
+        start = at + 8
+    spans.append((start, end))
+    return tuple(spans)
+
+
+class CommitRun:
+    """OffsetCommit frames of one connection that differ only in correlation ids and offsets,
+    each with the future its response goes to."""
+
+    __slots__ = ("frames", "futures", "spans", "template")
+
+    def __init__(self, frame: bytes, spans: Spans) -> None:
+        self.template = frame
+        self.spans = spans
+        self.frames: list[bytes] = []
+        self.futures: list[asyncio.Future[bytes | None]] = []
+
+    def matches(self, frame: bytes) -> bool:
+        template = self.template
+        if len(frame) != len(template):
+            return False
+        for a, b in self.spans:
+            if frame[a:b] != template[a:b]:
+                return False
+        return True
+
+    def add(self, frame: bytes, future: asyncio.Future[bytes | None]) -> None:
+        self.frames.append(frame)
+        self.futures.append(future)
+
+    def answer(self, request: asyncio.Future[Any]) -> None:
+        """Give every request of the run the response of its handler call (``request``, for the
+        last frame), under its own correlation id; a failure or cancellation likewise."""
+        if request.cancelled():
+            for fut in self.futures:
+                fut.cancel()
+            return
+        exc = request.exception()
+        data = None if exc is not None else request.result()
+        last = self.frames[-1]
+        for frame, fut in zip(self.frames, self.futures):
+            if fut.done():  # cancelled: the connection is gone
+                continue
+            if exc is not None:
+                fut.set_exception(exc)
+            elif data is None or frame is last:
+                fut.set_result(data)
+            else:  # the response's correlation id (after its size) is the request's (after key and version)
+                fut.set_result(type(data)(data[:4] + frame[4:8] + data[8:]))
