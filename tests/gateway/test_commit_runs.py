@@ -4,6 +4,7 @@ a real ``KafkaConnection`` answering a run with one handler call."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import struct
 from typing import Any
@@ -49,7 +50,7 @@ def test_layout_finds_every_committed_offset_and_only_them(version: int) -> None
         frame = encode_request(8, version, body, correlation_id=rng.randint(0, 2**31 - 1))[4:]
         spans = commit_layout(frame, version)
         assert spans is not None
-        holes = [(b, a) for (_a0, b), (a, _b1) in zip(spans, spans[1:])]  # the bytes between spans
+        holes = [(b, a) for (_a0, b), (a, _b1) in itertools.pairwise(spans)]  # the bytes between spans
         assert holes[0] == (4, 8), "the correlation id is not compared"
         assert [struct.unpack(">q", frame[a:b])[0] for a, b in holes[1:]] == _offsets(body)
         assert all(b - a == 8 for a, b in holes[1:]) and spans[-1][1] == len(frame)
