@@ -35,6 +35,9 @@ Spans = tuple[tuple[int, int], ...]
 def _string(frame: bytes, pos: int, flexible: bool) -> int:
     """The position after a (nullable) string at ``pos``."""
     if flexible:
+        n = frame[pos]
+        if n < 0x80:  # a length under 127: one byte
+            return pos + max(n, 1)
         n, pos = read_uvarint(frame, pos)
         return pos + max(n - 1, 0)
     (n,) = _I16.unpack_from(frame, pos)
@@ -44,6 +47,9 @@ def _string(frame: bytes, pos: int, flexible: bool) -> int:
 def _array(frame: bytes, pos: int, flexible: bool) -> tuple[int, int]:
     """An array's item count and the position after it (-1: null, refused by the caller)."""
     if flexible:
+        n = frame[pos]
+        if n < 0x80:
+            return n - 1, pos + 1
         n, pos = read_uvarint(frame, pos)
         return n - 1, pos
     (n,) = _I32.unpack_from(frame, pos)
