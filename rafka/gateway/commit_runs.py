@@ -3,12 +3,13 @@
 How this works: a consumer committing asynchronously sends its commits back to back, and
 under load one client read holds dozens of them, byte for byte the same but for the
 correlation id and the committed offsets (the same group, member, generation, partitions,
-leader epochs and metadata). ``commit_layout`` walks an OffsetCommit frame (versions 2–9)
-and returns the byte ranges outside those fields; a later frame of the same length whose
-bytes in those ranges are equal has the same fields, so it joins the connection's open
-``CommitRun`` with a bytes comparison, without being decoded. When the run ends (at the
-end of the read, or before any other frame of the connection is handled) the handler runs
-once, on the run's last frame: its commits are the ones that stand once the run's commits
+leader epochs and metadata). An OffsetCommit frame opens a ``CommitRun``; when a second one
+follows it in the read, ``commit_layout`` walks the first (versions 2–9) for the byte
+ranges outside those fields, and a frame of the same length whose bytes in those ranges are
+equal has the same fields, so it joins the run with a bytes comparison, without being
+decoded. When the run ends (at the end of the read, or before any other frame of the
+connection is handled) the handler runs once, on the run's last frame (a run of one is an
+ordinary request): its commits are the ones that stand once the run's commits
 have been applied in order, as the coordinator would apply them one by one. The run is
 answered as one: every request of it gets that response, under its own correlation id,
 in its place in the connection's response order, once the last frame's commit is durable
@@ -115,13 +116,15 @@ def commit_layout(frame: bytes, version: int) -> Spans | None:
 
 class CommitRun:
     """OffsetCommit frames of one connection that differ only in correlation ids and offsets,
-    each with the future its response goes to."""
+    each with the future its response goes to. The first frame is walked only when a second
+    one could join it: a lone commit (a synchronous one) costs no walk."""
 
-    __slots__ = ("frames", "futures", "spans", "template")
+    __slots__ = ("frames", "futures", "spans", "template", "version")
 
-    def __init__(self, frame: bytes, spans: Spans) -> None:
+    def __init__(self, frame: bytes, version: int) -> None:
         self.template = frame
-        self.spans = spans
+        self.version = version
+        self.spans: Spans | None = None
         self.frames: list[bytes] = []
         self.futures: list[asyncio.Future[bytes | None]] = []
 
@@ -129,7 +132,12 @@ class CommitRun:
         template = self.template
         if len(frame) != len(template):
             return False
-        for a, b in self.spans:
+        spans = self.spans
+        if spans is None:
+            spans = self.spans = commit_layout(template, self.version) or ()  # (): not one the walk accepts
+        if not spans:
+            return False
+        for a, b in spans:
             if frame[a:b] != template[a:b]:
                 return False
         return True

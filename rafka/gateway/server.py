@@ -55,7 +55,7 @@ from rafka import telemetry
 from rafka.gateway import api as api_mod
 from rafka.gateway import auth
 from rafka.gateway.api import REGISTRY, RequestContext
-from rafka.gateway.commit_runs import OFFSET_COMMIT, CommitRun, commit_layout
+from rafka.gateway.commit_runs import OFFSET_COMMIT, CommitRun
 from rafka.gateway.inline import InlineRequest
 from rafka.gateway.router import ShardRouter
 from rafka.ids import DEFAULT_ORG
@@ -411,14 +411,12 @@ class KafkaConnection(asyncio.Protocol):
             self.bad_input("version", f"API key {api_key} version {version} is not supported "
                                       f"(supported {spec.min_version}-{spec.max_version})")
             return
-        if api_key == OFFSET_COMMIT:
-            spans = commit_layout(frame, version)
-            if spans is not None:  # the frame opens a run; the handler runs when it ends
-                fut = self.loop.create_future()
-                self.queue.append(fut)
-                self._commit_run = CommitRun(frame, spans)
-                self._commit_run.add(frame, fut)
-                return
+        if api_key == OFFSET_COMMIT:  # the frame opens a run; the handler runs when it ends
+            fut = self.loop.create_future()
+            self.queue.append(fut)
+            self._commit_run = CommitRun(frame, version)
+            self._commit_run.add(frame, fut)
+            return
         self._start(spec, frame, version, correlation_id)
 
     def _start(self, spec: api_mod.ApiSpec, frame: bytes, version: int, correlation_id: int,
@@ -475,6 +473,10 @@ class KafkaConnection(asyncio.Protocol):
             return
         frame = run.frames[-1]
         api_key, version, correlation_id = codec.peek_key_version_correlation(frame)
+        if len(run.frames) == 1 and self.queue[-1] is run.futures[0]:  # a lone commit: its request takes its place
+            self.queue.pop()
+            self._start(REGISTRY[api_key], frame, version, correlation_id)
+            return
         self._start(REGISTRY[api_key], frame, version, correlation_id, run)
 
     def _raw_sasl_token(self, frame: bytes) -> None:

@@ -56,7 +56,7 @@ def test_layout_finds_every_committed_offset_and_only_them(version: int) -> None
         assert all(b - a == 8 for a, b in holes[1:]) and spans[-1][1] == len(frame)
 
         # the same commit with other offsets and another correlation id joins a run; any other change does not
-        run = CommitRun(frame, spans)
+        run = CommitRun(frame, version)
         again = dict(body, topics=[dict(t, partitions=[dict(p, committed_offset=rng.randint(0, 2**40))
                                                         for p in t["partitions"]]) for t in body["topics"]])
         assert run.matches(encode_request(8, version, again, correlation_id=rng.randint(0, 2**31 - 1))[4:])
@@ -191,5 +191,24 @@ def test_a_run_cut_by_a_closed_connection_leaves_nothing_behind() -> None:
         router.sent[0][2].resolve(OK)
         await asyncio.sleep(0)
         assert d.conn.idle() and d.transport.writes_after_close == 0
+
+    asyncio.run(main())
+
+
+def test_commits_the_walk_refuses_are_answered_one_by_one() -> None:
+    """A body with a tagged field (the walk accepts none) neither joins nor opens a run."""
+    def tagged(frame: bytes) -> bytes:
+        body = frame[4:-1] + b"\x01\x05\x01\x00"  # one unknown tagged field (tag 5, one byte) at the body's end
+        return struct.pack(">i", len(body)) + body
+
+    async def main() -> None:
+        d, router = _driver()
+        await _warm(d, router)
+        d.conn.data_received(tagged(_commit(1, 1)) + tagged(_commit(2, 2)) + _commit(3, 3) + _commit(4, 4))
+        assert [p["topics"][0]["partitions"][0]["committed_offset"] for _op, p, _f in router.sent] == [1, 2, 4]
+        for _op, _p, fut in router.sent:
+            fut.resolve(OK)
+        d.gw.write_due()
+        assert [decode_response(f, 8, 9)["_correlation_id"] for f in split_frames(bytes(d.transport.out))] == [1, 2, 3, 4]
 
     asyncio.run(main())
