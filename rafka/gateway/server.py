@@ -4,8 +4,9 @@ How this works: each client connection is a ``KafkaConnection`` (an
 ``asyncio.Protocol``). Bytes are cut into frames; each frame's header is parsed and
 its handler started at once, so many requests are in flight per connection, but
 responses are written strictly in request order: every request appends a slot to
-a FIFO and the head slots are written as soon as they complete. No loop pass
-separates the steps of a shard round trip: the ops a client read queued go to the
+a FIFO and the head slots are written as soon as they complete (OffsetCommits back
+to back in one read that differ only in their offsets are one handler call:
+``commit_runs.py``). No loop pass separates the steps of a shard round trip: the ops a client read queued go to the
 shards once the read has been handled, a shard's reply resumes its request at once,
 and the responses one reply message completed are written once it has been handled. When too many
 requests are in flight, or the socket's write buffer is full, reading pauses
