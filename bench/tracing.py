@@ -24,7 +24,7 @@ CODE = """
 import time, sys
 sys.path.insert(0, {root!r})
 from rafka import telemetry
-class Ctx: org_id = "default"; api_version = 9
+class Ctx: org_id = "default"; api_version = 9; requests = 1
 ctx = Ctx(); n = {n}
 t = time.perf_counter()
 for _ in range(n):
