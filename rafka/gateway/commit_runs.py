@@ -60,6 +60,8 @@ def _array(frame: bytes, pos: int, flexible: bool) -> tuple[int, int]:
 def commit_layout(frame: bytes, version: int) -> Spans | None:
     """The byte ranges of an OffsetCommit request frame (size prefix excluded) other than its
     correlation id and committed offsets, or None if it is not one this walk accepts."""
+    if not 2 <= version <= 9:  # v10 names topics by id
+        return None
     flexible = version >= 8
     end = len(frame)
     offsets: list[int] = []
@@ -161,7 +163,7 @@ class CommitRun:
                 continue
             if exc is not None:
                 fut.set_exception(exc)
-            elif data is None or frame is last:
+            elif not data or frame is last:  # None, or b"": nothing is written for it
                 fut.set_result(data)
             else:  # the response's correlation id (after its size) is the request's (after key and version)
                 fut.set_result(type(data)(data[:4] + frame[4:8] + data[8:]))

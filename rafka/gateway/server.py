@@ -376,6 +376,8 @@ class KafkaConnection(asyncio.Protocol):
             run.add(frame, fut)
             return
         self._end_run()
+        if self._closed:  # the run's last frame was bad input
+            return
         state = self.auth
         if not state.authenticated and state.raw and state.exchange is not None:
             self._raw_sasl_token(frame)

@@ -212,3 +212,22 @@ def test_commits_the_walk_refuses_are_answered_one_by_one() -> None:
         assert [decode_response(f, 8, 9)["_correlation_id"] for f in split_frames(bytes(d.transport.out))] == [1, 2, 3, 4]
 
     asyncio.run(main())
+
+
+def test_a_bad_commit_closes_the_connection_before_the_frames_after_it_run() -> None:
+    """The run's frame is decoded only when the next frame ends the run: bad input there closes
+    the connection, and nothing after it is handled."""
+    async def main() -> None:
+        d, router = _driver()
+        await _warm(d, router)
+        bad = _commit(1, 1, metadata="ab").replace(b"\x03ab", b"\x03\xff\xfe")  # not UTF-8
+        d.conn.data_received(bad + _fetch(2))
+        assert d.closed and router.sent == []
+
+    asyncio.run(main())
+
+
+def test_the_walk_knows_only_the_versions_it_was_written_for() -> None:
+    frame = _commit(1, 1)[4:]
+    assert commit_layout(frame, 9) is not None
+    assert commit_layout(frame, 10) is None and commit_layout(frame, 1) is None
