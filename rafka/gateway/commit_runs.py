@@ -24,7 +24,7 @@ import asyncio
 import struct
 from typing import Any
 
-from rafka.protocol.codec import DecodeError, read_uvarint
+from rafka.protocol.codec import DecodeError, read_request_header, read_uvarint
 
 OFFSET_COMMIT = 8
 _I16 = struct.Struct(">h")
@@ -66,11 +66,7 @@ def commit_layout(frame: bytes, version: int) -> Spans | None:
     end = len(frame)
     offsets: list[int] = []
     try:
-        pos = _string(frame, 8, False)  # client_id: a header string is never compact
-        if flexible:
-            if frame[pos] != 0:
-                return None
-            pos += 1
+        pos = read_request_header(frame, flexible).body_offset
         pos = _string(frame, pos, flexible) + 4  # group_id, generation_id_or_member_epoch
         pos = _string(frame, pos, flexible)  # member_id
         if version >= 7:
@@ -118,35 +114,31 @@ def commit_layout(frame: bytes, version: int) -> Spans | None:
 
 class CommitRun:
     """OffsetCommit frames of one connection that differ only in correlation ids and offsets,
-    each with the future its response goes to. The first frame is walked only when a second
-    one could join it: a lone commit (a synchronous one) costs no walk."""
+    and, once a second frame has joined, the future each one's response goes to. The first
+    frame is walked only when a second one could join it: a lone commit (a synchronous one)
+    costs no walk and is an ordinary request."""
 
-    __slots__ = ("frames", "futures", "spans", "template", "version")
+    __slots__ = ("frames", "futures", "spans", "version")
 
     def __init__(self, frame: bytes, version: int) -> None:
-        self.template = frame
         self.version = version
         self.spans: Spans | None = None
-        self.frames: list[bytes] = []
+        self.frames = [frame]
         self.futures: list[asyncio.Future[bytes | None]] = []
 
     def matches(self, frame: bytes) -> bool:
-        template = self.template
-        if len(frame) != len(template):
+        first = self.frames[0]
+        if len(frame) != len(first):
             return False
         spans = self.spans
         if spans is None:
-            spans = self.spans = commit_layout(template, self.version) or ()  # (): not one the walk accepts
+            spans = self.spans = commit_layout(first, self.version) or ()  # (): not one the walk accepts
         if not spans:
             return False
         for a, b in spans:
-            if frame[a:b] != template[a:b]:
+            if frame[a:b] != first[a:b]:
                 return False
         return True
-
-    def add(self, frame: bytes, future: asyncio.Future[bytes | None]) -> None:
-        self.frames.append(frame)
-        self.futures.append(future)
 
     def answer(self, request: asyncio.Future[Any]) -> None:
         """Give every request of the run the response of its handler call (``request``, for the

@@ -371,9 +371,10 @@ class KafkaConnection(asyncio.Protocol):
     def _dispatch(self, frame: bytes) -> None:
         run = self._commit_run
         if run is not None and run.matches(frame) and self._session_valid():
-            fut = self.loop.create_future()
-            self.queue.append(fut)
-            run.add(frame, fut)
+            if not run.futures:  # the first frame's slot: nothing was queued after that frame
+                run.futures.append(self._slot())
+            run.frames.append(frame)
+            run.futures.append(self._slot())
             return
         self._end_run()
         if self._closed:  # the run's last frame was bad input
@@ -415,10 +416,7 @@ class KafkaConnection(asyncio.Protocol):
                                       f"(supported {spec.min_version}-{spec.max_version})")
             return
         if api_key == OFFSET_COMMIT:  # the frame opens a run; the handler runs when it ends
-            fut = self.loop.create_future()
-            self.queue.append(fut)
             self._commit_run = CommitRun(frame, version)
-            self._commit_run.add(frame, fut)
             return
         self._start(spec, frame, version, correlation_id)
 
@@ -434,15 +432,14 @@ class KafkaConnection(asyncio.Protocol):
         except codec.DecodeError as exc:
             self.bad_input("body", str(exc))
             return
-        ctx = RequestContext(api_key, version, correlation_id, header.client_id, self.client_host, self.org_id, self.gw)
+        ctx = RequestContext(api_key, version, correlation_id, header.client_id, self.client_host, self.org_id, self.gw,
+                             requests=len(run.frames) if run is not None else 1)
         sasl = api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE
         context = None
         if sasl:
             context = contextvars.copy_context()
             context.run(_connection.set, self)
             self._sasl_pending += 1
-        if run is not None:
-            ctx.requests = len(run.frames)
         fut = InlineRequest(self._handle(spec, ctx, op), self.loop, context)
         if run is not None:
             if fut.done():
@@ -475,12 +472,14 @@ class KafkaConnection(asyncio.Protocol):
         if self._closed:
             return
         frame = run.frames[-1]
-        api_key, version, correlation_id = codec.peek_key_version_correlation(frame)
-        if len(run.frames) == 1 and self.queue[-1] is run.futures[0]:  # a lone commit: its request takes its place
-            self.queue.pop()
-            self._start(REGISTRY[api_key], frame, version, correlation_id)
-            return
-        self._start(REGISTRY[api_key], frame, version, correlation_id, run)
+        _key, _version, correlation_id = codec.peek_key_version_correlation(frame)
+        self._start(REGISTRY[OFFSET_COMMIT], frame, run.version, correlation_id, run if run.futures else None)
+
+    def _slot(self) -> asyncio.Future[bytes | None]:
+        """A place at the end of the response order, for a response that comes by other means."""
+        fut: asyncio.Future[bytes | None] = self.loop.create_future()
+        self.queue.append(fut)
+        return fut
 
     def _raw_sasl_token(self, frame: bytes) -> None:
         """After SaslHandshake v0 the client sends SASL tokens without Kafka headers."""
@@ -514,9 +513,7 @@ class KafkaConnection(asyncio.Protocol):
         return _Closing(data) if resp.get(CLOSE_AFTER) else data
 
     def _enqueue_done(self, data: bytes) -> None:
-        fut: asyncio.Future[bytes | None] = self.loop.create_future()
-        fut.set_result(data)
-        self.queue.append(fut)
+        self._slot().set_result(data)
         self._answered = True
 
     def _on_done(self, _fut: asyncio.Future[bytes | None]) -> None:

@@ -16,7 +16,7 @@ from rafka.gateway.commit_runs import CommitRun, commit_layout
 from rafka.gateway.router import ShardUnavailable
 from rafka.rail import Op
 from tests.gateway.harness import Driver, decode_response, encode_request, make_gateway, split_frames
-from tests.gateway.test_reply_path import TOPIC, QueueingRouter
+from tests.gateway.test_reply_path import TOPIC, QueueingRouter, commit
 
 VERSIONS = range(2, 10)
 
@@ -91,14 +91,6 @@ def test_layout_refuses_what_it_cannot_walk_and_never_raises(version: int) -> No
         assert commit_layout(frame[:-1] + b"\x01\x00\x00", version) is None
 
 
-def _commit(correlation_id: int, offset: int, metadata: str = "", version: int = 9) -> bytes:
-    return encode_request(8, version, {"group_id": "g", "generation_id_or_member_epoch": 3, "member_id": "m",
-                                       "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
-                                           {"partition_index": 0, "committed_offset": offset,
-                                            "committed_leader_epoch": -1, "committed_metadata": metadata}]}]},
-                          correlation_id=correlation_id)
-
-
 def _fetch(correlation_id: int) -> bytes:
     return encode_request(9, 7, {"group_id": "g", "topics": None, "require_stable": False},
                           correlation_id=correlation_id)
@@ -109,7 +101,7 @@ OK = {"topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "error_co
 
 async def _warm(d: Driver, router: QueueingRouter) -> None:
     """One commit answered, so the topic cache knows TOPIC (its first lookup is a loop pass away)."""
-    d.conn.data_received(_commit(0, 0))
+    d.conn.data_received(commit(0, 0))
     for _ in range(3):
         await asyncio.sleep(0)
     router.sent[0][2].resolve(OK)
@@ -133,7 +125,7 @@ def test_a_run_of_commits_in_one_read_is_one_op_with_the_last_offsets_and_every_
         tally = meter.tally("group.offset-commit")
         before = tally.counter._value.get() + tally.count
 
-        d.conn.data_received(b"".join(_commit(cid, 100 + cid) for cid in range(1, 6)))
+        d.conn.data_received(b"".join(commit(cid, 100 + cid) for cid in range(1, 6)))
         assert [(op, p["topics"][0]["partitions"][0]["committed_offset"]) for op, p, _f in router.sent] == \
             [(Op.OFFSET_COMMIT, 105)], "one op, carrying the offset that stands after the run"
         router.sent[0][2].resolve({"topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "error_code": 22}]}]})
@@ -150,8 +142,8 @@ def test_other_requests_and_other_commits_end_a_run_and_keep_their_order() -> No
     async def main() -> None:
         d, router = _driver()
         await _warm(d, router)
-        d.conn.data_received(_commit(1, 11) + _commit(2, 12) + _fetch(3) + _commit(4, 14) + _commit(5, 15, "meta")
-                             + _commit(6, 16, "meta") + _commit(7, 17, version=8))
+        d.conn.data_received(commit(1, 11) + commit(2, 12) + _fetch(3) + commit(4, 14) + commit(5, 15, metadata="meta")
+                             + commit(6, 16, metadata="meta") + commit(7, 17, version=8))
         sent = [(op, p["topics"][0]["partitions"][0]["committed_offset"] if op == Op.OFFSET_COMMIT else None)
                 for op, p, _f in router.sent]
         assert sent == [(Op.OFFSET_COMMIT, 12), (Op.OFFSET_FETCH, None), (Op.OFFSET_COMMIT, 14),
@@ -171,7 +163,7 @@ def test_a_run_whose_coordinator_is_down_answers_every_request_with_the_error() 
     async def main() -> None:
         d, router = _driver()
         await _warm(d, router)
-        d.conn.data_received(_commit(1, 1) + _commit(2, 2) + _commit(3, 3))
+        d.conn.data_received(commit(1, 1) + commit(2, 2) + commit(3, 3))
         router.sent[0][2].set_exception(ShardUnavailable("down"))
         await d.settle()
         answers = [decode_response(f, 8, 9) for f in split_frames(bytes(d.transport.out))]
@@ -185,7 +177,7 @@ def test_a_run_cut_by_a_closed_connection_leaves_nothing_behind() -> None:
     async def main() -> None:
         d, router = _driver()
         await _warm(d, router)
-        d.conn.data_received(_commit(1, 1) + _commit(2, 2))
+        d.conn.data_received(commit(1, 1) + commit(2, 2))
         d.transport.close()
         await asyncio.sleep(0)
         router.sent[0][2].resolve(OK)
@@ -204,7 +196,7 @@ def test_commits_the_walk_refuses_are_answered_one_by_one() -> None:
     async def main() -> None:
         d, router = _driver()
         await _warm(d, router)
-        d.conn.data_received(tagged(_commit(1, 1)) + tagged(_commit(2, 2)) + _commit(3, 3) + _commit(4, 4))
+        d.conn.data_received(tagged(commit(1, 1)) + tagged(commit(2, 2)) + commit(3, 3) + commit(4, 4))
         assert [p["topics"][0]["partitions"][0]["committed_offset"] for _op, p, _f in router.sent] == [1, 2, 4]
         for _op, _p, fut in router.sent:
             fut.resolve(OK)
@@ -220,7 +212,7 @@ def test_a_bad_commit_closes_the_connection_before_the_frames_after_it_run() -> 
     async def main() -> None:
         d, router = _driver()
         await _warm(d, router)
-        bad = _commit(1, 1, metadata="ab").replace(b"\x03ab", b"\x03\xff\xfe")  # not UTF-8
+        bad = commit(1, 1, metadata="ab").replace(b"\x03ab", b"\x03\xff\xfe")  # not UTF-8
         d.conn.data_received(bad + _fetch(2))
         assert d.closed and router.sent == []
 
@@ -228,6 +220,6 @@ def test_a_bad_commit_closes_the_connection_before_the_frames_after_it_run() -> 
 
 
 def test_the_walk_knows_only_the_versions_it_was_written_for() -> None:
-    frame = _commit(1, 1)[4:]
+    frame = commit(1, 1)[4:]
     assert commit_layout(frame, 9) is not None
     assert commit_layout(frame, 10) is None and commit_layout(frame, 1) is None

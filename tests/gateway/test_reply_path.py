@@ -42,11 +42,13 @@ class QueueingRouter(FakeRouter):
         return fut
 
 
-def _commit(correlation_id: int, offset: int, group: str = "g") -> bytes:
-    return encode_request(8, 9, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
-                                 "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
-                                     {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
-                                      "committed_metadata": ""}]}]}, correlation_id=correlation_id)
+def commit(correlation_id: int, offset: int, group: str = "g", metadata: str = "", version: int = 9) -> bytes:
+    """An OffsetCommit of ``TOPIC``'s partition 0 by a simple consumer."""
+    return encode_request(8, version, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                                       "group_instance_id": None, "topics": [{"name": TOPIC, "partitions": [
+                                           {"partition_index": 0, "committed_offset": offset,
+                                            "committed_leader_epoch": -1, "committed_metadata": metadata}]}]},
+                          correlation_id=correlation_id)
 
 
 def test_a_reads_ops_leave_with_it_and_a_replys_answers_are_written_with_it() -> None:
@@ -55,7 +57,7 @@ def test_a_reads_ops_leave_with_it_and_a_replys_answers_are_written_with_it() ->
         router = gw.router = QueueingRouter()
         router.on_replies = gw.write_due  # what Gateway() sets on the router it is given
         d = Driver(gw)
-        d.conn.data_received(_commit(1, 10))  # warms the topic cache (its lookup is a loop pass away)
+        d.conn.data_received(commit(1, 10))  # warms the topic cache (its lookup is a loop pass away)
         for _ in range(3):
             await asyncio.sleep(0)
         assert len(router.sent) == 1
@@ -64,7 +66,7 @@ def test_a_reads_ops_leave_with_it_and_a_replys_answers_are_written_with_it() ->
         router.sent.clear()
         d.transport.out.clear()
 
-        d.conn.data_received(_commit(2, 11) + _commit(3, 12, group="g2"))  # two groups: two ops
+        d.conn.data_received(commit(2, 11) + commit(3, 12, group="g2"))  # two groups: two ops
         assert [p["topics"][0]["partitions"][0]["committed_offset"] for _op, p, _f in router.sent] == [11, 12], \
             "both ops were sent when the read had been handled"
         assert router.queued == []

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from rafka import ids
 from tests.integration.clients import Member, consumer, covers_exactly, create_topic, name_on_shard, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
+from tests.ops.opsutil import sample_value, scrape
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
@@ -292,9 +292,7 @@ def test_find_coordinator_answers_coordinator_not_available_while_the_groups_sha
 
 def _commit_requests(rafka: Rafka) -> float:
     """The gateway's count of OffsetCommit requests (it reaches /metrics within a second)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{rafka.metrics_port}/metrics", timeout=5).read().decode()
-    prefix = 'rafka_gateway_requests_total{api="group.offset-commit"} '
-    return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+    return sample_value(scrape(rafka.metrics_port), "rafka_gateway_requests_total", 'api="group.offset-commit"') or 0.0
 
 
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])

@@ -116,6 +116,14 @@ def scrape(port: int) -> str:
         return resp.read().decode()
 
 
+def sample_value(text: str, name: str, labels: str) -> float | None:
+    """The value of the sample ``name{labels}`` in a Prometheus text exposition, if present."""
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{labels}}} "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
 def families(text: str) -> tuple[dict[str, str], set[str]]:
     """(family name → type, names of samples present) of a Prometheus text exposition."""
     from prometheus_client.parser import text_string_to_metric_families

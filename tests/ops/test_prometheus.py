@@ -23,6 +23,7 @@ from tests.ops.opsutil import (
     dashboard_variable_queries,
     grafana_to_promql,
     need_binary,
+    sample_value,
     scrape,
     wait_for,
 )
@@ -106,13 +107,6 @@ def _commit_offsets(bootstrap: str) -> None:
         consumer.close()
 
 
-def _sample_value(text: str, name: str, labels: str) -> float | None:
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{{labels}}} "):
-            return float(line.rsplit(" ", 1)[1])
-    return None
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Rafka, Prometheus]]:
     binary = need_binary("prometheus")
@@ -123,8 +117,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Rafka, Pro
         _commit_offsets(broker.bootstrap)
         # the broker itself counted exactly the commits (so a mismatch below is Prometheus' side);
         # a count reaches /metrics up to telemetry.FLUSH_EVERY after its reply
-        wait_for(lambda: _sample_value(scrape(broker.metrics_port), "rafka_gateway_requests_total",
-                                       'api="group.offset-commit"') == COMMITS, 5, "the broker's commit count",
+        wait_for(lambda: sample_value(scrape(broker.metrics_port), "rafka_gateway_requests_total",
+                                      'api="group.offset-commit"') == COMMITS, 5, "the broker's commit count",
                  interval=0.02)
         prom = Prometheus(binary, base, broker.metrics_port)
         wait_for(prom.ready, 15, "prometheus /-/ready")
