@@ -114,48 +114,56 @@ def commit_layout(frame: bytes, version: int) -> Spans | None:
 
 class CommitRun:
     """OffsetCommit frames of one connection that differ only in correlation ids and offsets,
-    and, once a second frame has joined, the future each one's response goes to. The first
-    frame is walked only when a second one could join it: a lone commit (a synchronous one)
-    costs no walk and is an ordinary request."""
+    and, once a second frame has joined, the run's place in the response order (``slot``),
+    which takes every response of the run at once. The first frame is walked only when a
+    second one could join it: a lone commit (a synchronous one) costs no walk and is an
+    ordinary request."""
 
-    __slots__ = ("frames", "futures", "spans", "version")
+    __slots__ = ("frames", "pieces", "slot", "version")
 
     def __init__(self, frame: bytes, version: int) -> None:
         self.version = version
-        self.spans: Spans | None = None
+        self.pieces: tuple[tuple[int, bytes], ...] | None = None  # the first frame's bytes outside the holes
         self.frames = [frame]
-        self.futures: list[asyncio.Future[bytes | None]] = []
+        self.slot: asyncio.Future[bytes | None] | None = None
 
     def matches(self, frame: bytes) -> bool:
         first = self.frames[0]
         if len(frame) != len(first):
             return False
-        spans = self.spans
-        if spans is None:
-            spans = self.spans = commit_layout(first, self.version) or ()  # (): not one the walk accepts
-        if not spans:
+        pieces = self.pieces
+        if pieces is None:
+            spans = commit_layout(first, self.version)  # None: not one the walk accepts
+            pieces = self.pieces = tuple((a, first[a:b]) for a, b in spans) if spans else ()
+        if not pieces:
             return False
-        for a, b in spans:
-            if frame[a:b] != first[a:b]:
+        startswith = frame.startswith  # compared in place: no slice of the frame is made
+        for at, piece in pieces:
+            if not startswith(piece, at):
                 return False
         return True
 
     def answer(self, request: asyncio.Future[Any]) -> None:
         """Give every request of the run the response of its handler call (``request``, for the
-        last frame), under its own correlation id; a failure or cancellation likewise."""
+        last frame), under its own correlation id, written together in the run's slot; a failure
+        or cancellation likewise."""
+        slot = self.slot
+        if slot is None or slot.done():  # cancelled: the connection is gone
+            return
         if request.cancelled():
-            for fut in self.futures:
-                fut.cancel()
+            slot.cancel()
             return
         exc = request.exception()
-        data = None if exc is not None else request.result()
-        last = self.frames[-1]
-        for frame, fut in zip(self.frames, self.futures):
-            if fut.done():  # cancelled: the connection is gone
-                continue
-            if exc is not None:
-                fut.set_exception(exc)
-            elif not data or frame is last:  # None, or b"": nothing is written for it
-                fut.set_result(data)
-            else:  # the response's correlation id (after its size) is the request's (after key and version)
-                fut.set_result(type(data)(data[:4] + frame[4:8] + data[8:]))
+        if exc is not None:
+            slot.set_exception(exc)
+            return
+        data = request.result()
+        if not data:  # None, or b"": nothing is written for the run
+            slot.set_result(data)
+            return
+        # a response's correlation id (after its size) is its request's (after key and version)
+        head, tail = data[:4], data[8:]
+        parts = []
+        for frame in self.frames:
+            parts += (head, frame[4:8], tail)
+        slot.set_result(type(data)(b"".join(parts)))

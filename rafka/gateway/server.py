@@ -5,8 +5,8 @@ How this works: each client connection is a ``KafkaConnection`` (an
 its handler started at once, so many requests are in flight per connection, but
 responses are written strictly in request order: every request appends a slot to
 a FIFO and the head slots are written as soon as they complete (OffsetCommits back
-to back in one read that differ only in their offsets are one handler call:
-``commit_runs.py``). No loop pass separates the steps of a shard round trip: the ops a client read queued go to the
+to back in one read that differ only in their offsets are one handler call and one
+slot, written with every response of the run: ``commit_runs.py``). No loop pass separates the steps of a shard round trip: the ops a client read queued go to the
 shards once the read has been handled, a shard's reply resumes its request at once,
 and the responses one reply message completed are written once it has been handled. When too many
 requests are in flight, or the socket's write buffer is full, reading pauses
@@ -371,10 +371,9 @@ class KafkaConnection(asyncio.Protocol):
     def _dispatch(self, frame: bytes) -> None:
         run = self._commit_run
         if run is not None and run.matches(frame) and self._session_valid():
-            if not run.futures:  # the first frame's slot: nothing was queued after that frame
-                run.futures.append(self._slot())
+            if run.slot is None:  # the run's place: nothing was queued after its first frame
+                run.slot = self._slot()
             run.frames.append(frame)
-            run.futures.append(self._slot())
             return
         self._end_run()
         if self._closed:  # the run's last frame was bad input
@@ -473,7 +472,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         frame = run.frames[-1]
         _key, _version, correlation_id = codec.peek_key_version_correlation(frame)
-        self._start(REGISTRY[OFFSET_COMMIT], frame, run.version, correlation_id, run if run.futures else None)
+        self._start(REGISTRY[OFFSET_COMMIT], frame, run.version, correlation_id, run if run.slot is not None else None)
 
     def _slot(self) -> asyncio.Future[bytes | None]:
         """A place at the end of the response order, for a response that comes by other means."""
