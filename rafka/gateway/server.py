@@ -267,6 +267,10 @@ class KafkaConnection(asyncio.Protocol):
         self.last_active = time.monotonic()
         self._held: deque[bytes] = deque()  # frames waiting behind an unfinished SASL request
         self._commit_run: CommitRun | None = None  # OffsetCommits of this read answered by one handler call
+        # runs in the response order, with their requests past the first: max_inflight counts
+        # requests, and a run is one slot
+        self._runs: deque[tuple[asyncio.Future[bytes | None], int]] = deque()
+        self._in_runs = 0
         self._sasl_pending = 0
         self._answered = False  # a request finished during dispatch; its response awaits the write
         self._write_scheduled = False
@@ -311,6 +315,8 @@ class KafkaConnection(asyncio.Protocol):
         self.queue.clear()
         self._held.clear()
         self._commit_run = None
+        self._runs.clear()
+        self._in_runs = 0
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -472,6 +478,9 @@ class KafkaConnection(asyncio.Protocol):
             return
         frame = run.frames[-1]
         _key, _version, correlation_id = codec.peek_key_version_correlation(frame)
+        if run.slot is not None:
+            self._runs.append((run.slot, len(run.frames) - 1))
+            self._in_runs += len(run.frames) - 1
         self._start(REGISTRY[OFFSET_COMMIT], frame, run.version, correlation_id, run if run.slot is not None else None)
 
     def _slot(self) -> asyncio.Future[bytes | None]:
@@ -531,6 +540,8 @@ class KafkaConnection(asyncio.Protocol):
         close = False
         while queue and queue[0].done():
             fut = queue.popleft()
+            if self._runs and self._runs[0][0] is fut:
+                self._in_runs -= self._runs.popleft()[1]
             if fut.cancelled() or transport is None or self._closed:
                 continue
             exc = fut.exception()
@@ -562,7 +573,7 @@ class KafkaConnection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.transport is None or self._closed:
             return
-        backlog = len(self.queue) + len(self._held)
+        backlog = len(self.queue) + self._in_runs + len(self._held)
         should_pause = self._writing_paused or backlog >= self.max_inflight
         if should_pause and not self._reading_paused:
             self._reading_paused = True

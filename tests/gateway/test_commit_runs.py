@@ -110,8 +110,8 @@ async def _warm(d: Driver, router: QueueingRouter) -> None:
     d.transport.out.clear()
 
 
-def _driver() -> tuple[Driver, QueueingRouter]:
-    gw = make_gateway()
+def _driver(**options: Any) -> tuple[Driver, QueueingRouter]:
+    gw = make_gateway(**options)
     router = gw.router = QueueingRouter()
     router.on_replies = gw.write_due
     return Driver(gw), router
@@ -155,6 +155,27 @@ def test_other_requests_and_other_commits_end_a_run_and_keep_their_order() -> No
         versions = [9, 9, 7, 9, 9, 9, 8]
         assert [decode_response(f, 9 if i == 2 else 8, versions[i])["_correlation_id"] for i, f in enumerate(frames)] \
             == [1, 2, 3, 4, 5, 6, 7]
+
+    asyncio.run(main())
+
+
+def test_the_requests_of_a_run_count_towards_the_in_flight_cap() -> None:
+    """A run takes one place in the response order, yet reading pauses at
+    max_inflight_per_connection requests as it would for the same requests one by one."""
+    async def main() -> None:
+        d, router = _driver(max_inflight_per_connection=8)
+        await _warm(d, router)
+        d.conn.data_received(b"".join(commit(cid, 100 + cid) for cid in range(1, 6)))
+        assert not d.transport.paused, "5 requests in flight"
+        d.conn.data_received(b"".join(commit(cid, 100 + cid) for cid in range(6, 11)))
+        assert len(router.sent) == 2 and d.transport.paused, "10 requests in flight, in two runs"
+        router.sent[0][2].resolve(OK)
+        d.gw.write_due()
+        assert not d.transport.paused, "the first run's 5 answered and written"
+        router.sent[1][2].resolve(OK)
+        d.gw.write_due()
+        answers = [decode_response(f, 8, 9) for f in split_frames(bytes(d.transport.out))]
+        assert [a["_correlation_id"] for a in answers] == list(range(1, 11))
 
     asyncio.run(main())
 
