@@ -545,9 +545,10 @@ class KafkaConnection(asyncio.Protocol):
             if fut.cancelled() or transport is None or self._closed:
                 continue
             exc = fut.exception()
-            if exc is not None:
-                log.error("request from %s failed: %r", self.peer, exc)
-                continue
+            if exc is not None:  # no response can be made (a bug): the client must not wait for one
+                log.error("request from %s failed: %r; closing the connection", self.peer, exc)
+                close = True
+                break
             data = fut.result()
             if data is not None:
                 out.append(data)

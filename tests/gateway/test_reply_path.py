@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from rafka.gateway.inline import ReplyFuture
 from rafka.rail import Op
 from tests.gateway.harness import Driver, FakeRouter, decode_response, encode_request, make_gateway, split_frames
@@ -84,3 +86,27 @@ def test_a_reads_ops_leave_with_it_and_a_replys_answers_are_written_with_it() ->
 def test_the_gateway_asks_its_router_to_tell_it_when_replies_were_handled() -> None:
     gw = make_gateway()
     assert gw.router.on_replies == gw.write_due
+
+
+def test_a_request_whose_response_cannot_be_made_closes_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The responses before it are written and the connection closes: no client waits for ever
+    for an answer that will not come (here its encoding fails, as a bug would make it)."""
+    from rafka.gateway import server
+
+    encode = server.fastwrite.encode_response
+
+    def failing(cls: Any, correlation_id: int, resp: dict[str, Any]) -> bytes:
+        if correlation_id == 2:
+            raise ValueError("cannot encode")
+        return encode(cls, correlation_id, resp)
+
+    monkeypatch.setattr(server.fastwrite, "encode_response", failing)
+
+    async def main() -> None:
+        d = Driver(make_gateway())
+        d.conn.data_received(b"".join(encode_request(16, 4, {"states_filter": []}, cid) for cid in (1, 2, 3)))
+        await d.settle()
+        assert [decode_response(f, 16, 4)["_correlation_id"] for f in d.frames()] == [1]
+        assert d.transport.closed
+
+    asyncio.run(main())
