@@ -338,16 +338,20 @@ def test_back_to_back_kafka_python_commits_are_each_acknowledged_and_the_last_st
     topic, solo = _name("t"), _name("g")
     create_topic(rafka.bootstrap, topic, 2)
     before = _commit_requests(rafka)
-    # with its default of 5 requests in flight, kafka-python 3.0.12 stops sending the ones queued
-    # behind them (seen here before runs existed too: it waits out its 30 s request timeout)
+    # kafka-python 3.0.12 fails on the client the requests past its in-flight cap (default 5:
+    # NodeNotReadyError), and before its coordinator is known commit_async returns the coordinator
+    # lookup's future, not the commit's: the cap is raised and the coordinator found first, so
+    # each future below is its commit's and is done when the broker has answered it
     kc = KafkaConsumer(bootstrap_servers=rafka.bootstrap, group_id=solo, enable_auto_commit=False,
                        max_in_flight_requests_per_connection=2000)
     try:
+        assert kc.committed(KafkaTopicPartition(topic, 1)) is None  # finds the coordinator
         futures = [kc.commit_async({KafkaTopicPartition(topic, 1): OffsetAndMetadata(n, "m", -1)}) for n in range(1, 1001)]
         deadline = time.monotonic() + 30
         while not all(f.is_done for f in futures) and time.monotonic() < deadline:
             time.sleep(0.05)  # kafka-python 3 runs its own network thread
         assert [f.exception for f in futures if not f.succeeded()] == []
+        assert {f.value for f in futures} == {None}, "each future is its commit's (a lookup's holds the coordinator)"
         assert kc.committed(KafkaTopicPartition(topic, 1)) == 1000
     finally:
         kc.close()
