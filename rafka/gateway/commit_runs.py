@@ -148,7 +148,8 @@ class CommitRun:
         last frame), under its own correlation id, written together in the run's slot; a failure
         or cancellation likewise."""
         slot = self.slot
-        if slot is None or slot.done():  # cancelled: the connection is gone
+        assert slot is not None  # a run is answered as one only once a second frame gave it its slot
+        if slot.done():  # cancelled: the connection is gone
             return
         if request.cancelled():
             slot.cancel()

@@ -478,10 +478,13 @@ class KafkaConnection(asyncio.Protocol):
             return
         frame = run.frames[-1]
         _key, _version, correlation_id = codec.peek_key_version_correlation(frame)
-        if run.slot is not None:
-            self._runs.append((run.slot, len(run.frames) - 1))
-            self._in_runs += len(run.frames) - 1
-        self._start(REGISTRY[OFFSET_COMMIT], frame, run.version, correlation_id, run if run.slot is not None else None)
+        if run.slot is None:  # a lone commit: an ordinary request
+            self._start(REGISTRY[OFFSET_COMMIT], frame, run.version, correlation_id)
+            return
+        extra = len(run.frames) - 1
+        self._runs.append((run.slot, extra))
+        self._in_runs += extra
+        self._start(REGISTRY[OFFSET_COMMIT], frame, run.version, correlation_id, run)
 
     def _slot(self) -> asyncio.Future[bytes | None]:
         """A place at the end of the response order, for a response that comes by other means."""

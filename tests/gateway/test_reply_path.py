@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from rafka.gateway import server
 from rafka.gateway.inline import ReplyFuture
 from rafka.rail import Op
 from tests.gateway.harness import Driver, FakeRouter, decode_response, encode_request, make_gateway, split_frames
@@ -91,8 +92,6 @@ def test_the_gateway_asks_its_router_to_tell_it_when_replies_were_handled() -> N
 def test_a_request_whose_response_cannot_be_made_closes_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     """The responses before it are written and the connection closes: no client waits for ever
     for an answer that will not come (here its encoding fails, as a bug would make it)."""
-    from rafka.gateway import server
-
     encode = server.fastwrite.encode_response
 
     def failing(cls: Any, correlation_id: int, resp: dict[str, Any]) -> bytes:
