@@ -6,6 +6,17 @@ error. ApiVersions is answered from this registry, so rafka never advertises an
 API or version it cannot serve. ``run`` is the single instrumentation seam: it
 counts the request, opens the ``rafka.gateway.<area>.<op>`` span, times the
 handler and counts error codes, so handlers hold no telemetry code.
+
+Request order: Kafka handles a connection's requests one at a time, so a client that
+pipelines them (asynchronous commits, a producer with several requests in flight) sees
+their effects in the order it sent them. The gateway starts each request's handler in
+the read that brought it, so the ops of a connection's requests reach the shards in
+that order, unless a handler has to wait for something before it can send its op (a
+topic lookup when the gateway's cache misses, a transaction check): a later request
+could then find the cache fresh and send its op first, and an older commit would
+overwrite a newer one. A handler awaits such things through ``ctx.before_op``, and
+while one does, its connection holds the requests behind it (``Ordering``); they are
+dispatched a loop pass after the wait ends, once the waiting request has sent its op.
 """
 
 from __future__ import annotations
@@ -13,11 +24,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from rafka import telemetry
 
 Handler = Callable[["RequestContext", dict[str, Any]], Awaitable[dict[str, Any] | None]]
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,6 +61,17 @@ def api(key: int, min_version: int, max_version: int, name: str) -> Callable[[Ha
     return deco
 
 
+class Ordering:
+    """A connection's count of requests waiting before their op; ``resume`` is called when it
+    drops to 0 (the connection then dispatches the requests it held behind them)."""
+
+    __slots__ = ("resume", "waiting")
+
+    def __init__(self, resume: Callable[[], None]) -> None:
+        self.waiting = 0
+        self.resume = resume
+
+
 @dataclasses.dataclass(slots=True)
 class RequestContext:
     """What a handler knows about the request besides its body."""
@@ -62,6 +85,21 @@ class RequestContext:
     gateway: Any  # rafka.gateway.server.Gateway
     trace: str | None = None
     requests: int = 1  # the requests this call answers (a run of OffsetCommits: see commit_runs.py)
+    ordering: Ordering | None = None  # its connection's (None: a request of no connection)
+
+    async def before_op(self, awaitable: Awaitable[T]) -> T:
+        """Await ``awaitable``, something this request needs before it can send its op, while its
+        connection holds the requests after it, so that none of them reaches a shard first."""
+        ordering = self.ordering
+        if ordering is None:
+            return await awaitable
+        ordering.waiting += 1
+        try:
+            return await awaitable
+        finally:
+            ordering.waiting -= 1
+            if not ordering.waiting:
+                ordering.resume()
 
 
 def _error_codes(resp: dict[str, Any], out: list[int]) -> None:

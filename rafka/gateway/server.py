@@ -6,11 +6,14 @@ its handler started at once, so many requests are in flight per connection, but
 responses are written strictly in request order: every request appends a slot to
 a FIFO and the head slots are written as soon as they complete (OffsetCommits back
 to back in one read that differ only in their offsets are one handler call and one
-slot, written with every response of the run: ``commit_runs.py``). No loop pass separates the steps of a shard round trip: the ops a client read queued go to the
-shards once the read has been handled, a shard's reply resumes its request at once,
-and the responses one reply message completed are written once it has been handled. When too many
-requests are in flight, or the socket's write buffer is full, reading pauses
-(flow control) and resumes when the backlog drains. Input that cannot be framed
+slot, written with every response of the run: ``commit_runs.py``). Their ops reach
+the shards in request order too: while a request waits before it can send its op (a
+topic lookup), the frames after it wait in ``_held`` (``api.py``, "Request order").
+No loop pass separates the steps of a shard round trip: the ops a client read queued
+go to the shards once the read has been handled, a shard's reply resumes its request
+at once, and the responses one reply message completed are written once it has been
+handled. When too many requests are in flight, or the socket's write buffer is full,
+reading pauses (flow control) and resumes when the backlog drains. Input that cannot be framed
 or decoded closes that connection with a log line; every other client is
 unaffected. Shutdown stops accepting, lets in-flight requests finish (bounded),
 then closes connections.
@@ -265,7 +268,9 @@ class KafkaConnection(asyncio.Protocol):
         self.auth = auth.ConnectionAuth(required=gateway.auth_required)
         self.max_inflight: int = gateway.config.max_inflight_per_connection
         self.last_active = time.monotonic()
-        self._held: deque[bytes] = deque()  # frames waiting behind an unfinished SASL request
+        # frames waiting behind an unfinished SASL request, or a request not yet able to send its op
+        self._held: deque[bytes] = deque()
+        self.ordering = api_mod.Ordering(self._release_held_soon)
         self._commit_run: CommitRun | None = None  # OffsetCommits of this read answered by one handler call
         # runs in the response order, with their requests past the first: max_inflight counts
         # requests, and a run is one slot
@@ -351,8 +356,9 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- requests -----------------------------------------------------------
     def _must_wait(self) -> bool:
-        """Before authentication, SASL requests are handled one at a time."""
-        return self._sasl_pending > 0 and not self.auth.authenticated
+        """A request waits before its op, or (before authentication) a SASL request is unfinished:
+        before authentication, SASL requests are handled one at a time."""
+        return self.ordering.waiting > 0 or (self._sasl_pending > 0 and not self.auth.authenticated)
 
     def handle_frame(self, frame: bytes) -> None:
         if self._held or self._must_wait():
@@ -364,7 +370,14 @@ class KafkaConnection(asyncio.Protocol):
         while self._held and not self._closed and not self._must_wait():
             self._dispatch(self._held.popleft())
         self._end_run()
+        self.gw.router.flush()
         self._write_answered()
+
+    def _release_held_soon(self) -> None:
+        """No request waits before its op any more: the frames held behind it go a loop pass
+        later, after the op the last one sends once its wait is over."""
+        if self._held and not self._closed:
+            self.loop.call_soon(self._release_held)
 
     def _write_answered(self) -> None:
         """Write the responses of requests answered during dispatch; update flow control."""
@@ -383,6 +396,9 @@ class KafkaConnection(asyncio.Protocol):
             return
         self._end_run()
         if self._closed:  # the run's last frame was bad input
+            return
+        if self.ordering.waiting:  # the run waits before its op: this frame may not overtake it
+            self._held.appendleft(frame)
             return
         state = self.auth
         if not state.authenticated and state.raw and state.exchange is not None:
@@ -438,7 +454,7 @@ class KafkaConnection(asyncio.Protocol):
             self.bad_input("body", str(exc))
             return
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, self.client_host, self.org_id, self.gw,
-                             requests=len(run.frames) if run is not None else 1)
+                             requests=len(run.frames) if run is not None else 1, ordering=self.ordering)
         sasl = api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE
         context = None
         if sasl:

@@ -64,7 +64,7 @@ async def _all_topics(ctx: RequestContext) -> list[dict[str, Any]]:
     hit = cache.get(ctx.org_id)
     if hit and hit[0] > now:
         return hit[1]  # type: ignore[no-any-return]
-    resp = await catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False})
+    resp = await ctx.before_op(catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False}))
     topics = [t for t in resp["topics"] if not t.get("error_code")]
     cache[ctx.org_id] = (now + _ALL_TOPICS_TTL, topics)
     return topics

@@ -203,7 +203,7 @@ class TopicCache:
         if missing:
             payload = {"names": missing, "auto_create": auto_create, "default_partitions": ctx.gateway.config.default_partitions}
             try:
-                resp = await catalog_call(ctx, Op.LIST_TOPICS, payload)
+                resp = await ctx.before_op(catalog_call(ctx, Op.LIST_TOPICS, payload))
             except ShardUnavailable:
                 stale = self.last_known(ctx.org_id, missing)
                 if stale is None:
@@ -250,7 +250,7 @@ class TopicCache:
         if hit and hit[0] > now:
             return hit[1]
         try:
-            resp = await catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False})
+            resp = await ctx.before_op(catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False}))
         except ShardUnavailable:
             if hit:  # the catalogue's shard is down: the last known entry
                 return {**hit[1], "confirmed_at": hit[0] - self.ttl}

@@ -155,9 +155,9 @@ async def verify_transaction(ctx: RequestContext, transactional_id: str, produce
     the producer's Ongoing transaction: the error of each one that is not, a fenced producer's
     INVALID_PRODUCER_EPOCH as Kafka's AddPartitionsToTxnManager maps it. Raises when the
     coordinator cannot answer."""
-    resp = await group_call(ctx, Op.TXN_VERIFY, transactional_id, {
+    resp = await ctx.before_op(group_call(ctx, Op.TXN_VERIFY, transactional_id, {
         "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
-        "partitions": [list(k) for k in partitions], "groups": list(groups)})
+        "partitions": [list(k) for k in partitions], "groups": list(groups)}))
 
     def mapped(code: int) -> int:
         return INVALID_PRODUCER_EPOCH if code == PRODUCER_FENCED else int(code)
