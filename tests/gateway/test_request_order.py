@@ -42,6 +42,36 @@ class AnsweredByTheTest(FakeRouter):
         return [p["topics"][0]["partitions"][0]["committed_offset"] for o, p, _f in self.sent if o == Op.OFFSET_COMMIT]
 
 
+def _two_connections() -> tuple[Any, AnsweredByTheTest, Driver, Driver]:
+    """A gateway whose calls the test answers, and two client connections to it: the first
+    refills the topic cache while the second's request waits for its own lookup."""
+    gw = make_gateway()
+    router = gw.router = AnsweredByTheTest()
+    router.on_replies = gw.write_due
+    return gw, router, Driver(gw), Driver(gw)
+
+
+def _client_commit_waits(router: AnsweredByTheTest, other: Driver, client: Driver) -> ReplyFuture:
+    """The other connection's lookup refills the cache while the client's commit (offset 10) still
+    waits for its own, which is returned."""
+    other.conn.data_received(commit(1, 5, group="other"))  # the cache is empty: a lookup
+    client.conn.data_received(commit(1, 10))  # another lookup, answered after the first
+    lookups = router.pending(Op.LIST_TOPICS)
+    assert len(lookups) == 2 and router.commits() == []
+    lookups[0][1].resolve(LISTING)
+    assert router.commits() == [5]
+    return lookups[1][1]
+
+
+async def _answer_commits(gw: Any, router: AnsweredByTheTest, client: Driver) -> list[int]:
+    """Answer every commit sent; the correlation ids of the responses the client got, in order."""
+    for _p, fut in router.pending(Op.OFFSET_COMMIT):
+        fut.resolve(COMMITTED)
+    gw.write_due()
+    await client.settle()
+    return [decode_response(f, 8, 9)["_correlation_id"] for f in split_frames(bytes(client.transport.out))]
+
+
 async def _passes(n: int = 3) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
@@ -49,31 +79,16 @@ async def _passes(n: int = 3) -> None:
 
 def test_a_commit_waiting_for_its_topic_lookup_is_not_overtaken_by_the_next_one() -> None:
     async def main() -> None:
-        gw = make_gateway()
-        router = gw.router = AnsweredByTheTest()
-        router.on_replies = gw.write_due
-        other, client = Driver(gw), Driver(gw)
-
-        other.conn.data_received(commit(1, 5, group="other"))  # the cache is empty: a lookup
-        client.conn.data_received(commit(1, 10))  # another lookup, answered after the first
-        lookups = router.pending(Op.LIST_TOPICS)
-        assert len(lookups) == 2 and router.commits() == []
-        lookups[0][1].resolve(LISTING)  # the cache is fresh now; the client's commit still waits
-        assert router.commits() == [5]
-
+        gw, router, other, client = _two_connections()
+        lookup = _client_commit_waits(router, other, client)
         client.conn.data_received(commit(2, 20))  # would find the cache fresh and go at once
         await _passes()
         assert router.commits() == [5], "the later commit is held while the earlier one waits"
 
-        lookups[1][1].resolve(LISTING)
+        lookup.resolve(LISTING)
         await _passes()
         assert router.commits() == [5, 10, 20], "the client's commits reach the shard in the order sent"
-        for _p, fut in router.pending(Op.OFFSET_COMMIT):
-            fut.resolve(COMMITTED)
-        gw.write_due()
-        await client.settle()
-        answers = [decode_response(f, 8, 9) for f in split_frames(bytes(client.transport.out))]
-        assert [a["_correlation_id"] for a in answers] == [1, 2]
+        assert await _answer_commits(gw, router, client) == [1, 2]
         assert not client.transport.closed
 
     asyncio.run(main())
@@ -81,10 +96,7 @@ def test_a_commit_waiting_for_its_topic_lookup_is_not_overtaken_by_the_next_one(
 
 def test_a_run_that_waits_holds_the_frames_after_it_in_the_same_read() -> None:
     async def main() -> None:
-        gw = make_gateway()
-        router = gw.router = AnsweredByTheTest()
-        router.on_replies = gw.write_due
-        other, client = Driver(gw), Driver(gw)
+        gw, router, other, client = _two_connections()
         other.conn.data_received(commit(1, 5, group="other"))
         # a run of two commits, then a commit of another group and one more of the first: the
         # run starts (and waits) when the third frame arrives; the frames after it must wait too
@@ -97,12 +109,7 @@ def test_a_run_that_waits_holds_the_frames_after_it_in_the_same_read() -> None:
         lookups[1][1].resolve(LISTING)
         await _passes()
         assert router.commits() == [5, 11, 50, 12]
-        for _p, fut in router.pending(Op.OFFSET_COMMIT):
-            fut.resolve(COMMITTED)
-        gw.write_due()
-        await client.settle()
-        answers = [decode_response(f, 8, 9) for f in split_frames(bytes(client.transport.out))]
-        assert [a["_correlation_id"] for a in answers] == [1, 2, 3, 4]
+        assert await _answer_commits(gw, router, client) == [1, 2, 3, 4]
 
     asyncio.run(main())
 
@@ -112,15 +119,9 @@ def test_a_lookup_that_fails_still_keeps_the_order() -> None:
     the commit behind it must not go first meanwhile."""
 
     async def main() -> None:
-        gw = make_gateway()
-        router = gw.router = AnsweredByTheTest()
-        router.on_replies = gw.write_due
-        other, client = Driver(gw), Driver(gw)
-        other.conn.data_received(commit(1, 5, group="other"))
-        client.conn.data_received(commit(1, 10))
-        lookups = router.pending(Op.LIST_TOPICS)
-        lookups[0][1].resolve(LISTING)
-        lookups[1][1].set_exception(ShardUnavailable("catalogue shard down"))  # steps its request next pass
+        _gw, router, other, client = _two_connections()
+        lookup = _client_commit_waits(router, other, client)
+        lookup.set_exception(ShardUnavailable("catalogue shard down"))  # steps its request next pass
         client.conn.data_received(commit(2, 20))
         assert router.commits() == [5]
         await _passes()
@@ -131,18 +132,12 @@ def test_a_lookup_that_fails_still_keeps_the_order() -> None:
 
 def test_a_connection_closed_while_a_request_waits_before_its_op_drops_what_it_held() -> None:
     async def main() -> None:
-        gw = make_gateway()
-        router = gw.router = AnsweredByTheTest()
-        router.on_replies = gw.write_due
-        other, client = Driver(gw), Driver(gw)
-        other.conn.data_received(commit(1, 5, group="other"))
-        client.conn.data_received(commit(1, 10))
-        lookups = router.pending(Op.LIST_TOPICS)
-        lookups[0][1].resolve(LISTING)
+        _gw, router, other, client = _two_connections()
+        lookup = _client_commit_waits(router, other, client)
         client.conn.data_received(commit(2, 20))
         client.transport.close()
         await _passes()
-        assert lookups[1][1].cancelled(), "the waiting request was cancelled with its connection"
+        assert lookup.cancelled(), "the waiting request was cancelled with its connection"
         assert client.conn.ordering.waiting == 0
         await _passes()
         assert router.commits() == [5], "nothing of the closed connection's is sent"
@@ -154,10 +149,7 @@ def test_a_produce_waiting_for_its_topic_lookup_is_not_overtaken() -> None:
     """The same for Produce: a batch sent later must not be appended first."""
 
     async def main() -> None:
-        gw = make_gateway()
-        router = gw.router = AnsweredByTheTest()
-        router.on_replies = gw.write_due
-        other, client = Driver(gw), Driver(gw)
+        _gw, router, other, client = _two_connections()
 
         def produce(cid: int, value: bytes) -> bytes:
             return encode_request(0, 9, {"transactional_id": None, "acks": -1, "timeout": 1000, "topic_data": [
