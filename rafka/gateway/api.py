@@ -83,16 +83,14 @@ class RequestContext:
     client_host: str
     org_id: str
     gateway: Any  # rafka.gateway.server.Gateway
+    ordering: Ordering  # its connection's
     trace: str | None = None
     requests: int = 1  # the requests this call answers (a run of OffsetCommits: see commit_runs.py)
-    ordering: Ordering | None = None  # its connection's (None: a request of no connection)
 
     async def before_op(self, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable``, something this request needs before it can send its op, while its
         connection holds the requests after it, so that none of them reaches a shard first."""
         ordering = self.ordering
-        if ordering is None:
-            return await awaitable
         ordering.waiting += 1
         try:
             return await awaitable

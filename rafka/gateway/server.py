@@ -348,8 +348,7 @@ class KafkaConnection(asyncio.Protocol):
                 if self._closed:
                     break
                 self.handle_frame(frame)
-            self._end_run()
-            self.gw.router.flush()  # the ops these requests queued go to the shards now
+            self._end_dispatch()
             if self._closed:
                 return
         self._write_answered()
@@ -369,9 +368,13 @@ class KafkaConnection(asyncio.Protocol):
     def _release_held(self) -> None:
         while self._held and not self._closed and not self._must_wait():
             self._dispatch(self._held.popleft())
+        self._end_dispatch()
+        self._write_answered()
+
+    def _end_dispatch(self) -> None:
+        """After a burst of frames: start the open run, and send the shards the ops queued."""
         self._end_run()
         self.gw.router.flush()
-        self._write_answered()
 
     def _release_held_soon(self) -> None:
         """No request waits before its op any more: the frames held behind it go a loop pass
@@ -454,7 +457,7 @@ class KafkaConnection(asyncio.Protocol):
             self.bad_input("body", str(exc))
             return
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, self.client_host, self.org_id, self.gw,
-                             requests=len(run.frames) if run is not None else 1, ordering=self.ordering)
+                             self.ordering, requests=len(run.frames) if run is not None else 1)
         sasl = api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE
         context = None
         if sasl:
