@@ -39,31 +39,70 @@ Respond = Callable[[Any], None]
 
 
 class LoopTimer:
-    """The ``Timer`` the group logic uses, backed by this loop's ``call_later``."""
+    """The ``Timer`` the group logic uses, backed by this loop's ``call_at``.
+
+    How this works: every heartbeat re-arms its member's session timer, thousands of times
+    a second under load, and cancelling a loop timer to start another was a third of a
+    heartbeat's cost in the shard. So a key keeps one loop timer and a deadline:
+    rescheduling it to a deadline no earlier than its loop timer's (a heartbeat pushing a
+    session's expiry forward) only moves the deadline and swaps the callback; a loop timer
+    that fires before its key's deadline is armed again for the rest, and one that fires
+    at or after it runs the callback. An earlier deadline re-arms at once.
+    """
 
     def __init__(self, runtime: ShardRuntime) -> None:
         self._rt = runtime
-        self._handles: dict[str, asyncio.TimerHandle] = {}
+        self._timers: dict[str, _KeyTimer] = {}
 
     def schedule(self, key: str, delay_ms: int, callback: Callable[[int], list[Record]]) -> None:
-        self.cancel(key)
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(delay_ms, 0) / 1000.0
+        timer = self._timers.get(key)
+        if timer is None:
+            self._timers[key] = _KeyTimer(loop, self._fire, key, deadline, callback)
+            return
+        timer.deadline, timer.callback = deadline, callback
+        if timer.armed_at > deadline:  # sooner than its loop timer fires (else that re-arms for the rest)
+            timer.handle.cancel()
+            timer.arm(loop, self._fire, key)
 
-        def fire() -> None:
-            self._handles.pop(key, None)
-            self._rt.run_timer(key, callback)
-
-        self._handles[key] = loop.call_later(max(delay_ms, 0) / 1000.0, fire)
+    def _fire(self, key: str, timer: _KeyTimer) -> None:
+        if self._timers.get(key) is not timer:  # (cancelled: its loop timer was too)
+            return
+        loop = asyncio.get_running_loop()
+        if timer.deadline - loop.time() >= 0.0005:  # moved on since it was armed (to the loop's ms)
+            timer.arm(loop, self._fire, key)
+            return
+        del self._timers[key]
+        self._rt.run_timer(key, timer.callback)
 
     def cancel(self, key: str) -> None:
-        handle = self._handles.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.handle.cancel()
 
     def cancel_all(self) -> None:
-        for handle in self._handles.values():
-            handle.cancel()
-        self._handles.clear()
+        for timer in self._timers.values():
+            timer.handle.cancel()
+        self._timers.clear()
+
+
+class _KeyTimer:
+    """One key's deadline and callback, and the loop timer armed for it (at ``armed_at``)."""
+
+    __slots__ = ("armed_at", "callback", "deadline", "handle")
+    handle: asyncio.TimerHandle
+    armed_at: float
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fire: Callable[[str, _KeyTimer], None], key: str,
+                 deadline: float, callback: Callable[[int], list[Record]]) -> None:
+        self.deadline = deadline
+        self.callback = callback
+        self.arm(loop, fire, key)
+
+    def arm(self, loop: asyncio.AbstractEventLoop, fire: Callable[[str, _KeyTimer], None], key: str) -> None:
+        self.armed_at = self.deadline
+        self.handle = loop.call_at(self.deadline, fire, key, self)
 
 
 class ShardRuntime:
