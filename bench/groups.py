@@ -9,6 +9,9 @@
   mock's classic coordinator cannot hold groups formed this fast (it re-times every
   rebalance with fixed timers), so its baseline is the same client sending the same
   number of back-to-back ApiVersions requests: the C broker's ceiling for this client.
+  Also the broker's CPU per request meanwhile (rafka's gateway and shards; the mock's
+  threads, the client being this process's main thread): on a machine the client shares,
+  a steadier figure than the rate.
 
 The client is the same for rafka and librdkafka's mock cluster: a pipelined asyncio
 Kafka client over a few connections, heartbeats pre-encoded (only the correlation id
@@ -21,12 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import resource
 import struct
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from common import mock_cluster, rafka, table
+from common import cpu_seconds, mock_cluster, rafka, table
 from kio.serial import entity_writer
 
 from rafka.protocol import codec
@@ -167,8 +172,9 @@ async def time_to_stable(bootstrap: str, size: int) -> float:
 
 
 async def heartbeats(bootstrap: str, n_members: int, n_groups: int, seconds: float,
-                     api_versions_only: bool = False) -> tuple[float, float, int]:
-    """(requests/s, p99 ms, errors) with every member heartbeating back to back.
+                     broker_cpu: Callable[[], float], api_versions_only: bool = False) -> tuple[float, float, int, float]:
+    """(requests/s, p99 ms, errors, broker CPU µs per request) with every member heartbeating
+    back to back; ``broker_cpu()`` is the broker's CPU seconds so far.
 
     With ``api_versions_only`` no groups are formed and every "member" sends ApiVersions v0
     instead: the same client, connections and concurrency against a request every broker
@@ -214,14 +220,23 @@ async def heartbeats(bootstrap: str, n_members: int, n_groups: int, seconds: flo
             if struct.unpack_from(">h", frame, 4 if api_versions_only else 8)[0]:
                 errors += 1
 
+    cpu = broker_cpu()
     start = time.perf_counter()
     await asyncio.gather(*(beat(m) for m in members))
     elapsed = time.perf_counter() - start
+    cpu = broker_cpu() - cpu
     for c in conns:
         c.close()
     latencies.sort()
     p99 = latencies[int(len(latencies) * 0.99)] * 1000 if latencies else float("nan")
-    return len(latencies) / elapsed, p99, errors
+    return len(latencies) / elapsed, p99, errors, cpu * 1e6 / max(len(latencies), 1)
+
+
+def _other_threads_cpu() -> float:
+    """CPU seconds of this process's threads but the calling one: the mock cluster's (the
+    client runs on this thread)."""
+    return (sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+            - sum(resource.getrusage(resource.RUSAGE_THREAD)[:2]))
 
 
 def main() -> None:
@@ -244,13 +259,17 @@ def main() -> None:
     # The mock's classic coordinator re-times every rebalance with fixed timers and drops members
     # of groups formed this fast, so its baseline is the same load of ApiVersions requests.
     with mock_cluster() as mock:
-        mrate, mp99, _ = asyncio.run(heartbeats(mock, args.members, args.groups, args.seconds, True))
+        mrate, mp99, _, mcpu = asyncio.run(heartbeats(mock, args.members, args.groups, args.seconds,
+                                                      _other_threads_cpu, True))
     with rafka(*flags, shards=args.shards) as bootstrap:
-        rate, p99, err = asyncio.run(heartbeats(bootstrap, args.members, args.groups, args.seconds))
+        rate, p99, err, cpu = asyncio.run(heartbeats(bootstrap, args.members, args.groups, args.seconds,
+                                                     lambda: cpu_seconds(bootstrap.pid)))
     rows.append([f"heartbeats/s, {args.members:,} members in {args.groups:,} groups", f"{rate:,.0f}",
                  f"{mrate:,.0f} (ApiVersions)", f"{rate / mrate:.2f}x", "", f"{err} heartbeat errors"])
     rows.append(["heartbeat p99 latency", f"{p99:.1f} ms", f"{mp99:.1f} ms (ApiVersions)", f"{mp99 / p99:.2f}x", "",
                  ""])
+    rows.append(["broker CPU per heartbeat", f"{cpu:.1f} µs", f"{mcpu:.1f} µs (ApiVersions)", f"{mcpu / cpu:.2f}x", "",
+                 "gateway and shards; the mock's threads"])
     print(table(rows, ["figure", f"rafka ({args.shards} shards)", "mock", "speed ratio", "target", ""]))
 
 

@@ -70,7 +70,7 @@ class LoopTimer:
         if self._timers.get(key) is not timer:  # (cancelled: its loop timer was too)
             return
         loop = asyncio.get_running_loop()
-        if timer.deadline - loop.time() >= 0.0005:  # moved on since it was armed (to the loop's ms)
+        if timer.deadline - loop.time() >= 0.0005:  # moved on since it was armed (uvloop's clock counts ms)
             timer.arm(loop, self._fire, key)
             return
         del self._timers[key]
