@@ -23,7 +23,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from rafka import loops, telemetry, zmtp
@@ -52,9 +52,9 @@ class LoopTimer:
 
     def __init__(self, runtime: ShardRuntime) -> None:
         self._rt = runtime
-        self._timers: dict[str, _KeyTimer] = {}
+        self._timers: dict[Hashable, _KeyTimer] = {}
 
-    def schedule(self, key: str, delay_ms: int, callback: Callable[[int], list[Record]]) -> None:
+    def schedule(self, key: Hashable, delay_ms: int, callback: Callable[[int], list[Record]]) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(delay_ms, 0) / 1000.0
         timer = self._timers.get(key)
@@ -66,7 +66,7 @@ class LoopTimer:
             timer.handle.cancel()
             timer.arm(loop, self._fire, key)
 
-    def _fire(self, key: str, timer: _KeyTimer) -> None:
+    def _fire(self, key: Hashable, timer: _KeyTimer) -> None:
         if self._timers.get(key) is not timer:  # (cancelled: its loop timer was too)
             return
         loop = asyncio.get_running_loop()
@@ -76,7 +76,7 @@ class LoopTimer:
         del self._timers[key]
         self._rt.run_timer(key, timer.callback)
 
-    def cancel(self, key: str) -> None:
+    def cancel(self, key: Hashable) -> None:
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.handle.cancel()
@@ -94,13 +94,13 @@ class _KeyTimer:
     handle: asyncio.TimerHandle
     armed_at: float
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fire: Callable[[str, _KeyTimer], None], key: str,
+    def __init__(self, loop: asyncio.AbstractEventLoop, fire: Callable[[Hashable, _KeyTimer], None], key: Hashable,
                  deadline: float, callback: Callable[[int], list[Record]]) -> None:
         self.deadline = deadline
         self.callback = callback
         self.arm(loop, fire, key)
 
-    def arm(self, loop: asyncio.AbstractEventLoop, fire: Callable[[str, _KeyTimer], None], key: str) -> None:
+    def arm(self, loop: asyncio.AbstractEventLoop, fire: Callable[[Hashable, _KeyTimer], None], key: Hashable) -> None:
         self.armed_at = self.deadline
         self.handle = loop.call_at(self.deadline, fire, key, self)
 
@@ -138,7 +138,7 @@ class ShardRuntime:
         if records:
             self.state.append(records)
 
-    def run_timer(self, key: str, callback: Callable[[int], list[Record]]) -> None:
+    def run_timer(self, key: Hashable, callback: Callable[[int], list[Record]]) -> None:
         self.current_span = None
         if self.failed:
             return

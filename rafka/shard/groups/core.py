@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,14 +54,19 @@ class GroupConfig:
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors (first = default)
 
 
+TimerKey = Hashable
+"""A timer's key: a tuple naming what it times (the kind first, then the ids), or a name.
+Tuples rather than their ``repr``: a heartbeat makes one per call."""
+
+
 class Timer(Protocol):
     """The runtime's timer: events on the shard's loop, never threads."""
 
-    def schedule(self, key: str, delay_ms: int, callback: TimerCallback) -> None:
+    def schedule(self, key: TimerKey, delay_ms: int, callback: TimerCallback) -> None:
         """Run ``callback(now_ms)`` after ``delay_ms``, replacing any timer with the same key;
         the records it returns are written like a handler's."""
 
-    def cancel(self, key: str) -> None:
+    def cancel(self, key: TimerKey) -> None:
         """Forget the timer with ``key`` if any."""
 
 
@@ -70,19 +75,19 @@ def mint_group_uid(now_ms: int) -> str:
     return "cgp_" + str(ULID.from_timestamp(now_ms / 1000)).lower()
 
 
-def heartbeat_key(org_id: str, group_id: str, member_id: str) -> str:
-    return repr(("hb", org_id, group_id, member_id))
+def heartbeat_key(org_id: str, group_id: str, member_id: str) -> TimerKey:
+    return ("hb", org_id, group_id, member_id)
 
 
-def join_key(org_id: str, group_id: str) -> str:
-    return repr(("join", org_id, group_id))
+def join_key(org_id: str, group_id: str) -> TimerKey:
+    return ("join", org_id, group_id)
 
 
-def sync_key(org_id: str, group_id: str) -> str:
-    return repr(("sync", org_id, group_id))
+def sync_key(org_id: str, group_id: str) -> TimerKey:
+    return ("sync", org_id, group_id)
 
 
-OFFSETS_EXPIRATION_KEY = repr(("offsets-expiration",))
+OFFSETS_EXPIRATION_KEY: TimerKey = ("offsets-expiration",)
 
 
 class CoordinatorCore:

@@ -43,7 +43,7 @@ from rafka.shard.groups.consumer.model import (
     member_record,
     partitions_of,
 )
-from rafka.shard.groups.core import Respond
+from rafka.shard.groups.core import Respond, TimerKey
 from rafka.shard.groups.errors import Errors
 from rafka.shard.groups.record_helpers import CONSUMER_PROTOCOL_TYPE
 from rafka.shard.records import Record
@@ -51,12 +51,12 @@ from rafka.shard.records import Record
 log = logging.getLogger("rafka.shard.groups.consumer")
 
 
-def join_deadline_key(org_id: str, group_id: str, member_id: str) -> str:
-    return repr(("cg-classic-join", org_id, group_id, member_id))
+def join_deadline_key(org_id: str, group_id: str, member_id: str) -> TimerKey:
+    return ("cg-classic-join", org_id, group_id, member_id)
 
 
-def sync_deadline_key(org_id: str, group_id: str, member_id: str) -> str:
-    return repr(("cg-classic-sync", org_id, group_id, member_id))
+def sync_deadline_key(org_id: str, group_id: str, member_id: str) -> TimerKey:
+    return ("cg-classic-sync", org_id, group_id, member_id)
 
 
 def _protocols(op: dict[str, Any]) -> list[list[Any]]:
@@ -113,7 +113,7 @@ class ClassicMembersMixin:
         self._schedule_deadline(group, member, sync_deadline_key(group.org_id, group.group_id, member.member_id),
                                 "sync")
 
-    def _schedule_deadline(self, group: ConsumerGroup, member: ConsumerMember, key: str, what: str) -> None:
+    def _schedule_deadline(self, group: ConsumerGroup, member: ConsumerMember, key: TimerKey, what: str) -> None:
         org_id, group_id, member_id = group.org_id, group.group_id, member.member_id
 
         def fire(now_ms: int) -> list[Record]:

@@ -64,7 +64,7 @@ from rafka.shard.groups.consumer.model import (
     target_tombstone,
     unpack_assignment,
 )
-from rafka.shard.groups.core import GroupConfig, Respond, Timer, mint_group_uid
+from rafka.shard.groups.core import GroupConfig, Respond, Timer, TimerKey, mint_group_uid
 from rafka.shard.groups.errors import Errors
 from rafka.shard.groups.record_helpers import CONSUMER_PROTOCOL_TYPE, group_rrl, new_group_tombstone
 from rafka.shard.records import Record, RecordType
@@ -76,12 +76,12 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 STATES = {EMPTY, ASSIGNING, RECONCILING, STABLE_GROUP}
 
 
-def session_key(org_id: str, group_id: str, member_id: str) -> str:
-    return repr(("cg-session", org_id, group_id, member_id))
+def session_key(org_id: str, group_id: str, member_id: str) -> TimerKey:
+    return ("cg-session", org_id, group_id, member_id)
 
 
-def revocation_key(org_id: str, group_id: str, member_id: str) -> str:
-    return repr(("cg-revoke", org_id, group_id, member_id))
+def revocation_key(org_id: str, group_id: str, member_id: str) -> TimerKey:
+    return ("cg-revoke", org_id, group_id, member_id)
 
 
 def _check_static_member(group: ConsumerGroup, instance_id: str, member_id: str) -> None:
