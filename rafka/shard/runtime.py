@@ -23,11 +23,12 @@ import logging
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 from rafka import loops, telemetry, zmtp
 from rafka.rail import OP_NAMES, Op, Status, pack, unpack
+from rafka.shard.groups.core import TimerKey
 from rafka.shard.handlers import ShardState
 from rafka.shard.metrics import ShardMetrics
 from rafka.shard.records import Record
@@ -52,31 +53,30 @@ class LoopTimer:
 
     def __init__(self, runtime: ShardRuntime) -> None:
         self._rt = runtime
-        self._timers: dict[Hashable, _KeyTimer] = {}
+        self._timers: dict[TimerKey, _KeyTimer] = {}
 
-    def schedule(self, key: Hashable, delay_ms: int, callback: Callable[[int], list[Record]]) -> None:
+    def schedule(self, key: TimerKey, delay_ms: int, callback: Callable[[int], list[Record]]) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(delay_ms, 0) / 1000.0
         timer = self._timers.get(key)
         if timer is None:
-            self._timers[key] = _KeyTimer(loop, self._fire, key, deadline, callback)
+            timer = self._timers[key] = _KeyTimer(key, deadline, callback)
+            timer.arm(loop, self._fire)
             return
         timer.deadline, timer.callback = deadline, callback
         if timer.armed_at > deadline:  # sooner than its loop timer fires (else that re-arms for the rest)
             timer.handle.cancel()
-            timer.arm(loop, self._fire, key)
+            timer.arm(loop, self._fire)
 
-    def _fire(self, key: Hashable, timer: _KeyTimer) -> None:
-        if self._timers.get(key) is not timer:  # (cancelled: its loop timer was too)
-            return
+    def _fire(self, timer: _KeyTimer) -> None:
         loop = asyncio.get_running_loop()
         if timer.deadline - loop.time() >= 0.0005:  # moved on since it was armed (uvloop's clock counts ms)
-            timer.arm(loop, self._fire, key)
+            timer.arm(loop, self._fire)
             return
-        del self._timers[key]
-        self._rt.run_timer(key, timer.callback)
+        del self._timers[timer.key]
+        self._rt.run_timer(timer.key, timer.callback)
 
-    def cancel(self, key: Hashable) -> None:
+    def cancel(self, key: TimerKey) -> None:
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.handle.cancel()
@@ -88,21 +88,21 @@ class LoopTimer:
 
 
 class _KeyTimer:
-    """One key's deadline and callback, and the loop timer armed for it (at ``armed_at``)."""
+    """One key's deadline and callback, and the loop timer armed for it (at ``armed_at``); a
+    cancelled key's loop timer is cancelled with it, so every one that fires is its key's."""
 
-    __slots__ = ("armed_at", "callback", "deadline", "handle")
+    __slots__ = ("armed_at", "callback", "deadline", "handle", "key")
     handle: asyncio.TimerHandle
     armed_at: float
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fire: Callable[[Hashable, _KeyTimer], None], key: Hashable,
-                 deadline: float, callback: Callable[[int], list[Record]]) -> None:
+    def __init__(self, key: TimerKey, deadline: float, callback: Callable[[int], list[Record]]) -> None:
+        self.key = key
         self.deadline = deadline
         self.callback = callback
-        self.arm(loop, fire, key)
 
-    def arm(self, loop: asyncio.AbstractEventLoop, fire: Callable[[Hashable, _KeyTimer], None], key: Hashable) -> None:
+    def arm(self, loop: asyncio.AbstractEventLoop, fire: Callable[[_KeyTimer], None]) -> None:
         self.armed_at = self.deadline
-        self.handle = loop.call_at(self.deadline, fire, key, self)
+        self.handle = loop.call_at(self.deadline, fire, self)
 
 
 class ShardRuntime:
@@ -138,7 +138,7 @@ class ShardRuntime:
         if records:
             self.state.append(records)
 
-    def run_timer(self, key: Hashable, callback: Callable[[int], list[Record]]) -> None:
+    def run_timer(self, key: TimerKey, callback: Callable[[int], list[Record]]) -> None:
         self.current_span = None
         if self.failed:
             return

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
 from rafka.protocol.consumer_protocol import encode_subscription
 from rafka.shard.groups import GroupConfig, GroupCoordinator
+from rafka.shard.groups.core import TimerKey
 from rafka.shard.records import Record
 
 ORG = "org-a"
@@ -33,17 +34,17 @@ class FakeTimer:
 
     def __init__(self, ctx: GroupsTestContext) -> None:
         self.ctx = ctx
-        self._heap: list[tuple[int, int, Hashable]] = []
-        self._live: dict[Hashable, tuple[int, int, Callable[[int], list[Record]]]] = {}
+        self._heap: list[tuple[int, int, TimerKey]] = []
+        self._live: dict[TimerKey, tuple[int, int, Callable[[int], list[Record]]]] = {}
         self._seq = itertools.count()
 
-    def schedule(self, key: Hashable, delay_ms: int, callback: Callable[[int], list[Record]]) -> None:
+    def schedule(self, key: TimerKey, delay_ms: int, callback: Callable[[int], list[Record]]) -> None:
         assert delay_ms >= 0, (key, delay_ms)
         entry = (self.ctx.now + delay_ms, next(self._seq), callback)
         self._live[key] = entry
         heapq.heappush(self._heap, (entry[0], entry[1], key))
 
-    def cancel(self, key: Hashable) -> None:
+    def cancel(self, key: TimerKey) -> None:
         self._live.pop(key, None)
 
     def pop_due(self, until: int) -> tuple[int, Callable[[int], list[Record]]] | None:
@@ -55,10 +56,10 @@ class FakeTimer:
                 return due, live[2]
         return None
 
-    def keys(self) -> set[Hashable]:
+    def keys(self) -> set[TimerKey]:
         return set(self._live)
 
-    def deadline(self, key: Hashable) -> int | None:
+    def deadline(self, key: TimerKey) -> int | None:
         entry = self._live.get(key)
         return None if entry is None else entry[0]
 
