@@ -227,6 +227,14 @@ def test_validate_only_writes_nothing(ctx: Ctx) -> None:
     assert ctx.create("t..", rf=5, validate_only=True)["error_code"] == Errors.INVALID_REPLICATION_FACTOR
 
 
+def test_create_topic_with_null_configs_names_them_all_first(ctx: Ctx) -> None:
+    # Kafka's ReplicationControlManager checks null values before any config is validated
+    resp = ctx.create("t", configs={"no.such.config": "1", "retention.ms": None, "segment.ms": None})
+    assert (resp["error_code"], resp["error_message"]) == (
+        Errors.INVALID_CONFIG, "Null value not supported for topic configs: retention.ms,segment.ms")
+    assert ctx.catalog.topic(ORG, "t") is None and ctx.log == []
+
+
 def test_create_topics_duplicates_in_one_request(ctx: Ctx) -> None:
     resp = ctx.run(
         "create_topics",

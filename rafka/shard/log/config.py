@@ -255,14 +255,15 @@ class LogConfig:
         being replayed must never fail on its configs.
         """
         values: dict[str, Any] = {}
+        nulls = [name for name, text in (overrides or {}).items() if text is None]
+        if nulls:  # before any other check, with every such name, as Kafka's CreateTopics
+            raise InvalidConfigError(f"Null value not supported for topic configs: {','.join(nulls)}")
         for name, text in (overrides or {}).items():
             spec = CONFIGS.get(name)
             if spec is None:
                 if validate:
                     raise InvalidConfigError(f"Unknown topic config name: {name}")
                 continue
-            if text is None:
-                raise InvalidConfigError(f"Null value not supported for topic config {name}")
             try:
                 value = spec.parse(text)
             except InvalidConfigError as exc:
