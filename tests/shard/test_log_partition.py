@@ -123,6 +123,8 @@ def test_list_offsets_special_timestamps() -> None:
     append(log, build_batch([SimpleRecord(None, b"d", 30), SimpleRecord(None, b"e", 50)]))
     assert log.list_offset(-1) == (5, -1) and log.list_offset(-2) == (0, -1) and log.list_offset(-4) == (0, -1)
     assert log.list_offset(-3) == (1, 50)  # first record carrying the max timestamp
+    log.apply_log_start(2)  # below the record with the max timestamp: Kafka still answers that record
+    assert log.list_offset(-3) == (1, 50) and log.list_offset(40) == (4, 50)
 
 
 def test_list_offsets_by_timestamp_record_granularity() -> None:

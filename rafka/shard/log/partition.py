@@ -407,16 +407,23 @@ class PartitionLog:
     def _find_in_batch(self, batch: bytes, timestamp: int, *, exact: bool) -> tuple[int, int]:
         """First record (at/after log start) with ts == (exact) or >= ``timestamp``; every
         record of a LogAppendTime batch has the batch's max timestamp. Records a clean removed
-        are not found: the first one left is."""
+        are not found: the first one left is. ``exact`` (the batch's max timestamp) falls back
+        to the record carrying it below the log start, as Kafka's ``offsetOfMaxTimestamp``
+        does, so the answer is always a record's own offset and timestamp."""
         header = parse_header(batch)
         try:
             records = list(iter_records(batch))
         except (ValueError, IndexError):  # stored before records were checked: judge by the header
             return max(header.base_offset, self.log_start_offset), header.max_timestamp
+        below: tuple[int, int] | None = None
         for record in records:
             ts = header.max_timestamp if header.is_log_append_time else record.timestamp
-            if record.offset >= self.log_start_offset and (ts == timestamp or (not exact and ts >= timestamp)):
-                return record.offset, ts
+            if ts == timestamp or (not exact and ts >= timestamp):
+                if record.offset >= self.log_start_offset:
+                    return record.offset, ts
+                below = below or (record.offset, ts)
+        if exact and below is not None:  # DeleteRecords removed the record with the max timestamp
+            return below
         if exact and records:  # the batch header claims a max the records do not carry
             return max(records[0].offset, self.log_start_offset), header.max_timestamp
         return -1, -1
