@@ -97,6 +97,12 @@ def test_describe_broker_configs(rafka: Rafka) -> None:
     assert {c["name"]: [(s["value"], s["source"]) for s in c["synonyms"]] for c in resp["results"][0]["configs"]} == {
         "group.initial.rebalance.delay.ms": [("0", static), ("3000", default)],
         "message.max.bytes": [("1048588", default)], "node.id": [("0", static)]}
+    typed = ["auto.create.topics.enable", "compression.type", "node.id", "offsets.topic.replication.factor",
+             "log.retention.bytes", "log.cleanup.policy"]
+    with RawClient("127.0.0.1", rafka.port) as raw:  # each config's type in Kafka's ConfigDef
+        resp = raw.request(32, 4, {"resources": [{"resource_type": 4, "resource_name": "0", "configuration_keys": typed}],
+                                   "include_synonyms": False, "include_documentation": False})
+    assert {c["name"]: c["config_type"] for c in resp["results"][0]["configs"]} == dict(zip(typed, (1, 2, 3, 4, 5, 7)))
     with RawClient("127.0.0.1", rafka.port) as raw:  # librdkafka sends a broker's resource to that broker
         resp = raw.request(32, 4, {"resources": [{"resource_type": 4, "resource_name": name, "configuration_keys": None}
                                                  for name in ("", "7")],

@@ -35,45 +35,47 @@ INT64_MAX = 2**63 - 1
 # The broker configs DescribeConfigs reports. A value rafka runs with that differs from Kafka's
 # default is described as set in the broker's static config (STATIC_BROKER_CONFIG, with the
 # default below it as a synonym), as Kafka describes a server.properties entry; the others as
-# DEFAULT_CONFIG.
-KAFKA_DEFAULTS: dict[str, str | None] = {  # Kafka's name -> its default (None: it has none)
-    "auto.create.topics.enable": "true",
-    "broker.id": "-1",
-    "node.id": None,
-    "num.partitions": "1",
-    "default.replication.factor": "1",
-    "min.insync.replicas": "1",
-    "offsets.topic.replication.factor": "3",
-    "offsets.topic.num.partitions": "50",
-    "delete.topic.enable": "true",
-    "message.max.bytes": "1048588",
-    "compression.type": "producer",
-    "log.cleanup.policy": "delete",
-    "log.retention.hours": "168",
-    "log.retention.bytes": "-1",
-    "log.retention.check.interval.ms": "300000",
-    "log.cleaner.backoff.ms": "15000",
-    "log.segment.bytes": "1073741824",
-    "log.roll.hours": "168",
-    "log.message.timestamp.type": "CreateTime",
-    "log.message.timestamp.after.max.ms": "3600000",
-    "log.message.timestamp.before.max.ms": str(INT64_MAX),
-    "group.consumer.session.timeout.ms": "45000",
-    "group.consumer.heartbeat.interval.ms": "5000",
-    "group.consumer.min.session.timeout.ms": "45000",
-    "group.consumer.max.session.timeout.ms": "60000",
-    "group.consumer.min.heartbeat.interval.ms": "5000",
-    "group.consumer.max.heartbeat.interval.ms": "15000",
-    "transaction.max.timeout.ms": "900000",
-    "group.min.session.timeout.ms": "6000",
-    "group.max.session.timeout.ms": "1800000",
-    "group.initial.rebalance.delay.ms": "3000",
-    "group.max.size": "2147483647",
-    "offset.metadata.max.bytes": "4096",
-    "offsets.retention.minutes": "10080",
-    "offsets.retention.check.interval.ms": "600000",
-    "socket.request.max.bytes": "104857600",
-    "connections.max.reauth.ms": "0",
+# DEFAULT_CONFIG. Each carries its type in Kafka's ConfigDef (KafkaConfig, ServerLogConfigs,
+# GroupCoordinatorConfig), which DescribeConfigs v3+ reports as config_type.
+BOOLEAN, STRING, INT, SHORT, LONG, LIST = 1, 2, 3, 4, 5, 7
+KAFKA_DEFAULTS: dict[str, tuple[str | None, int]] = {  # Kafka's name -> its default (None: none), its type
+    "auto.create.topics.enable": ("true", BOOLEAN),
+    "broker.id": ("-1", INT),
+    "node.id": (None, INT),
+    "num.partitions": ("1", INT),
+    "default.replication.factor": ("1", INT),
+    "min.insync.replicas": ("1", INT),
+    "offsets.topic.replication.factor": ("3", SHORT),
+    "offsets.topic.num.partitions": ("50", INT),
+    "delete.topic.enable": ("true", BOOLEAN),
+    "message.max.bytes": ("1048588", INT),
+    "compression.type": ("producer", STRING),
+    "log.cleanup.policy": ("delete", LIST),
+    "log.retention.hours": ("168", INT),
+    "log.retention.bytes": ("-1", LONG),
+    "log.retention.check.interval.ms": ("300000", LONG),
+    "log.cleaner.backoff.ms": ("15000", LONG),
+    "log.segment.bytes": ("1073741824", INT),
+    "log.roll.hours": ("168", INT),
+    "log.message.timestamp.type": ("CreateTime", STRING),
+    "log.message.timestamp.after.max.ms": ("3600000", LONG),
+    "log.message.timestamp.before.max.ms": (str(INT64_MAX), LONG),
+    "group.consumer.session.timeout.ms": ("45000", INT),
+    "group.consumer.heartbeat.interval.ms": ("5000", INT),
+    "group.consumer.min.session.timeout.ms": ("45000", INT),
+    "group.consumer.max.session.timeout.ms": ("60000", INT),
+    "group.consumer.min.heartbeat.interval.ms": ("5000", INT),
+    "group.consumer.max.heartbeat.interval.ms": ("15000", INT),
+    "transaction.max.timeout.ms": ("900000", INT),
+    "group.min.session.timeout.ms": ("6000", INT),
+    "group.max.session.timeout.ms": ("1800000", INT),
+    "group.initial.rebalance.delay.ms": ("3000", INT),
+    "group.max.size": ("2147483647", INT),
+    "offset.metadata.max.bytes": ("4096", INT),
+    "offsets.retention.minutes": ("10080", INT),
+    "offsets.retention.check.interval.ms": ("600000", LONG),
+    "socket.request.max.bytes": ("104857600", INT),
+    "connections.max.reauth.ms": ("0", LONG),
 }
 RAFKA_VALUES: dict[str, Callable[[Any], str]] = {  # where rafka's value comes from its own config
     "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
@@ -228,7 +230,7 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, wit
         return {**out, "error_code": Err.INVALID_REQUEST,
                 "error_message": f"Unexpected broker id, expected {node} or empty string, but received {name}"}
     cfg = ctx.gateway.config
-    for key, default in sorted(KAFKA_DEFAULTS.items()):
+    for key, (default, config_type) in sorted(KAFKA_DEFAULTS.items()):
         if keys is not None and key not in keys:
             continue
         value = RAFKA_VALUES[key](cfg) if key in RAFKA_VALUES else default
@@ -236,5 +238,5 @@ def _describe_broker(ctx: RequestContext, name: str, keys: list[str] | None, wit
         if value != default:
             synonyms.insert(0, {"name": key, "value": value, "source": STATIC_BROKER_CONFIG})
         out["configs"].append({"name": key, "value": value, "read_only": True, "config_source": synonyms[0]["source"],
-                               "is_sensitive": False, "synonyms": synonyms if with_synonyms else []})
+                               "is_sensitive": False, "config_type": config_type, "synonyms": synonyms if with_synonyms else []})
     return out
