@@ -256,6 +256,29 @@ def test_static_member_temporary_leave_and_rejoin() -> None:
     assert ctx.hb("a1", 1, None, instance_id="other").error == Errors.UNKNOWN_MEMBER_ID
 
 
+def test_a_member_is_described_with_its_latest_client_id_and_host() -> None:
+    """Kafka takes both from every heartbeat: a static member back from another host under another
+    client id, and a dynamic member heartbeating over a new connection, describe as they are now."""
+    ctx = Ctx()
+    ctx.hb("a1", 0, ["t"], instance_id="i", client_id="app-1", client_host="/10.0.0.1")
+    ctx.hb("a1", -2, None, instance_id="i")
+    ctx.hb("a2", 0, ["t"], instance_id="i", client_id="app-2", client_host="/10.0.0.2")
+    ctx.hb("d1", 0, ["t"], client_id="dyn", client_host="/10.0.0.3")
+    ctx.hb("d1", ctx.cgroup().members["d1"].member_epoch, None, client_id="dyn-2", client_host="/10.0.0.4")
+
+    def described(cg: ConsumerGroupCoordinator) -> dict[str, tuple[str, str]]:
+        resp = Response()
+        cg.describe(ctx.org, {"group_id": "g"}, ctx.now, resp)
+        return {m["member_id"]: (m["client_id"], m["client_host"]) for m in resp["members"]}
+
+    assert described(ctx.cg) == {"a2": ("app-2", "/10.0.0.2"), "d1": ("dyn-2", "/10.0.0.4")}
+    fresh = GroupCoordinator(GroupConfig(), ctx.timer)  # and so after a restart: the change was written
+    cg = ConsumerGroupCoordinator(GroupConfig(), ctx.timer, fresh)
+    for record in ctx.log:
+        (cg.replay if record.type in CONSUMER_TYPES else fresh.replay)(record)
+    assert described(cg) == {"a2": ("app-2", "/10.0.0.2"), "d1": ("dyn-2", "/10.0.0.4")}
+
+
 def test_topic_metadata_change_bumps_epoch() -> None:
     ctx = Ctx()
     ctx.hb("m1", 0, ["t"])

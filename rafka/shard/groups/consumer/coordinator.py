@@ -397,9 +397,8 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
         # ---------------------------------------------------- subscription
         original = group.members.get(member.member_id)
         before = member.value() if original is None else original.value()
-        if new_member:
-            member.client_id = op.get("client_id") or ""
-            member.client_host = op.get("client_host") or ""
+        member.client_id = op.get("client_id") or ""  # every heartbeat's, as Kafka's (a restarted pod's new name and IP)
+        member.client_host = op.get("client_host") or ""
         if op.get("rack_id") is not None:
             member.rack_id = op["rack_id"]
         if op.get("rebalance_timeout") is not None and op["rebalance_timeout"] >= 0:
