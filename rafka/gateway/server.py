@@ -157,6 +157,10 @@ class Gateway:
         router.on_replies = self.write_due  # a reply message's answers go out when it has been handled
         from rafka.gateway import handlers  # noqa: F401  (registers every API)
 
+        errors = telemetry.gateway_metrics().errors
+        for spec in REGISTRY.values():  # at 0 from the start, so a first exception is an increase alerts see
+            errors.labels(spec.name, "exception")
+
     @property
     def auth_required(self) -> bool:
         return self.users is not None

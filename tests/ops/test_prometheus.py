@@ -155,6 +155,23 @@ def test_alert_rules_load_and_evaluate(stack: tuple[Rafka, Prometheus]) -> None:
     assert prom.get("/api/v1/alerts")["data"]["alerts"] == []
 
 
+def test_every_api_exports_its_exception_count_from_the_start(stack: tuple[Rafka, Prometheus]) -> None:
+    """RafkaHandlerExceptions alerts on an increase: a series born at 1 by the first exception would
+    show none, so each API's series is there at 0 before any exception."""
+    from rafka.gateway import handlers  # noqa: F401  (registers every API)
+    from rafka.gateway.api import REGISTRY
+
+    _broker, prom = stack
+    apis = {spec.name for spec in REGISTRY.values()}
+
+    def exported() -> dict[str, str] | None:
+        got = {r["metric"]["api"]: r["value"][1]
+               for r in prom.query('rafka_gateway_errors_total{error_code="exception"}')}
+        return got if got.keys() == apis else None
+
+    assert set(wait_for(exported, 20, "an exception series for every API").values()) == {"0"}
+
+
 # Panels whose series only exist after errors or bad input, which this broker has not seen.
 NEEDS_ERRORS = ("rafka_gateway_errors_total", "rafka_shard_errors_total", "rafka_gateway_bad_input_total")
 
