@@ -7,9 +7,9 @@ loop lag and WAL fsync latency. These live in prometheus-client's multiprocess
 files under ``rafka serve``.
 
 ``StateCollector`` computes, at scrape time, the gauges Kafka operators know:
-groups by state, members, committed offsets, and per partition the committed
-offset (``kafka_consumergroup_current_offset``), members per group
-(``kafka_consumergroup_members``) and log end offsets. A shard under the
+classic and KIP-848 groups by state, members of both, committed offsets, and per
+partition the committed offset (``kafka_consumergroup_current_offset``), members
+per group (``kafka_consumergroup_members``) and log end offsets. A shard under the
 supervisor writes this collector's output to ``<multiproc dir>/state-shard-K.prom``
 every few seconds; the metrics endpoint merges those files and joins committed
 offsets with log end offsets into ``kafka_consumergroup_lag`` (a group and the
@@ -73,6 +73,12 @@ class StateCollector(Collector):
         for state, n in stats["groups_by_state"].items():
             by_state.add_metric([self.shard, state], n)
         yield by_state
+        consumer = GaugeMetricFamily("rafka_consumer_group_count",
+                                     "KIP-848 consumer groups by state (Kafka consumer-group-count)",
+                                     labels=["shard", "state"])
+        for state, n in stats["consumer_groups_by_state"].items():
+            consumer.add_metric([self.shard, state], n)
+        yield consumer
         yield _gauge("rafka_group_members", "Members of all groups on the shard", self.shard, stats["members"])
         yield _gauge("rafka_offsets_count", "Committed offsets held (Kafka NumOffsets)", self.shard, stats["offsets"])
         rebal = CounterMetricFamily("rafka_group_rebalances", "Completed rebalances", labels=["shard"])
@@ -91,7 +97,8 @@ class StateCollector(Collector):
 
         members = GaugeMetricFamily("kafka_consumergroup_members", "Members per consumer group",
                                     labels=["org", "consumergroup"])
-        for (org, gid), group in list(groups.groups.items()):
+        kip848 = groups.consumer.groups if groups.consumer is not None else {}
+        for (org, gid), group in [*groups.groups.items(), *kip848.items()]:
             members.add_metric([org, gid], len(group.members))
         yield members
 

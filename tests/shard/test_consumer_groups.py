@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 from typing import Any
 
 from rafka.shard.groups import GroupConfig, GroupCoordinator
 from rafka.shard.groups.consumer import ConsumerGroupCoordinator
 from rafka.shard.groups.errors import Errors
 from rafka.shard.log.manager import LogManager
+from rafka.shard.metrics import StateCollector
 from rafka.shard.records import Record, RecordType
 from rafka.shard.txn.participant import TxnOffsets, TxnParticipant
 from tests.shard.test_groups_context import GroupsTestContext, Response, roundtrip
@@ -277,6 +279,25 @@ def test_a_member_is_described_with_its_latest_client_id_and_host() -> None:
     for record in ctx.log:
         (cg.replay if record.type in CONSUMER_TYPES else fresh.replay)(record)
     assert described(cg) == {"a2": ("app-2", "/10.0.0.2"), "d1": ("dyn-2", "/10.0.0.4")}
+
+
+def test_metrics_count_consumer_groups_and_their_members() -> None:
+    """The state gauges show KIP-848 groups beside classic ones: by state, in the members total and
+    per group, as Kafka's consumer-group-count and the exporters' consumergroup members."""
+    ctx = Ctx()
+    ctx.hb("m1", 0, ["t"])
+    ctx.hb("m2", 0, ["t"], group_id="h")
+    ctx.hb("m3", 0, ["t"], group_id="h")  # h waits for m2 to give partitions up
+    ctx.join_new_member("classic")
+    stats = ctx.coord.group_stats()
+    assert stats["groups"] == 3 and stats["members"] == 4
+    assert stats["consumer_groups_by_state"] == {"Empty": 0, "Assigning": 0, "Reconciling": 1, "Stable": 1}
+    samples = {(f.name, tuple(sorted(s.labels.items()))): s.value
+               for f in StateCollector(SimpleNamespace(groups=ctx.coord), 0).collect() for s in f.samples}
+    assert samples[("rafka_consumer_group_count", (("shard", "0"), ("state", "Reconciling")))] == 1
+    assert samples[("rafka_group_members", (("shard", "0"),))] == 4
+    per_group = {dict(k[1])["consumergroup"]: v for k, v in samples.items() if k[0] == "kafka_consumergroup_members"}
+    assert per_group == {"g": 1, "h": 2, "classic": 1}
 
 
 def test_topic_metadata_change_bumps_epoch() -> None:

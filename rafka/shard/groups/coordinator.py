@@ -93,16 +93,19 @@ class GroupCoordinator(AdminMixin):
         return records
 
     def group_stats(self) -> dict[str, Any]:
-        """Counts for metrics: groups by state, members, offsets, completed rebalances."""
+        """Counts for metrics: classic and KIP-848 groups by state, members of both, offsets,
+        completed (classic) rebalances."""
         by_state = {state.value: 0 for state in ClassicGroupState if state is not ClassicGroupState.DEAD}
         members = 0
         for group in self.groups.values():
             by_state[group.state.value] += 1
             members += len(group.members)
+        consumer_by_state, consumer_members = self.consumer.group_stats() if self.consumer is not None else ({}, 0)
         return {
-            "groups": len(self.groups),
+            "groups": len(self.groups) + sum(consumer_by_state.values()),
             "groups_by_state": by_state,
-            "members": members,
+            "consumer_groups_by_state": consumer_by_state,
+            "members": members + consumer_members,
             "offsets": self.offsets.count,
             "groups_with_offsets": self.offsets.group_count(),
             "completed_rebalances": self.completed_rebalances,

@@ -658,6 +658,15 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
         group = self.group(org_id, group_id)
         return group is not None and topic in group.all_subscribed_names()
 
+    def group_stats(self) -> tuple[dict[str, int], int]:
+        """Groups by state (every state, 0 when none) and members, for metrics."""
+        by_state = dict.fromkeys((EMPTY, ASSIGNING, RECONCILING, STABLE_GROUP), 0)
+        members = 0
+        for group in self.groups.values():
+            by_state[group.state()] += 1
+            members += len(group.members)
+        return by_state, members
+
     def list_groups(self, org_id: str, states: set[str]) -> list[dict[str, Any]]:
         out = []
         for (org, group_id), group in self.groups.items():
