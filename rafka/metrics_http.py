@@ -52,7 +52,9 @@ class StateFilesCollector:
         fam = merged.get("kafka_consumergroup_current_offset")
         for sample in fam.samples if fam else []:
             key = (sample.labels["org"], sample.labels["topic"], sample.labels["partition"])
-            end = leo.get(key, 0.0)
+            end = leo.get(key)
+            if end is None:  # no log end offset exported (past a shard's series cap, or not yet written): unknown
+                continue
             lag.add_metric([sample.labels["org"], sample.labels["consumergroup"], key[1], key[2]],
                            max(0.0, end - sample.value))
         yield lag

@@ -19,6 +19,7 @@ so a shard with a million offsets does not emit a million series.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,15 +105,11 @@ class StateCollector(Collector):
 
         current = GaugeMetricFamily("kafka_consumergroup_current_offset", "Committed offset per group partition",
                                     labels=["org", "consumergroup", "topic", "partition"])
-        n = 0
         store = groups.offsets
-        for org, gid in store.group_keys():
-            for topic in store.topics(org, gid):
-                for partition, entry in store.partitions(org, gid, topic):
-                    current.add_metric([org, gid, topic, str(partition)], entry[0])
-                    n += 1
-                    if n >= MAX_PARTITION_SERIES:
-                        break
+        committed = ((org, gid, topic, partition, entry[0]) for org, gid in store.group_keys()
+                     for topic in store.topics(org, gid) for partition, entry in store.partitions(org, gid, topic))
+        for org, gid, topic, partition, offset in itertools.islice(committed, MAX_PARTITION_SERIES):
+            current.add_metric([org, gid, topic, str(partition)], offset)
         yield current
 
         leo = GaugeMetricFamily("rafka_partition_log_end_offset", "Log end offset (high watermark) per partition",
