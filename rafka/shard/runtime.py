@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import time
 import uuid
 from collections import defaultdict, deque
@@ -30,7 +31,7 @@ from rafka import loops, telemetry, zmtp
 from rafka.rail import OP_NAMES, Op, Status, pack, unpack
 from rafka.shard.groups.core import TimerKey
 from rafka.shard.handlers import ShardState
-from rafka.shard.metrics import ShardMetrics
+from rafka.shard.metrics import ShardMetrics, state_file
 from rafka.shard.records import Record
 from rafka.shard.wal import EntryTooLarge, WalError
 
@@ -293,6 +294,8 @@ class ShardRuntime:
         self._router = router
         log.info("shard %d serving on %s", self.shard_id, self.endpoint)
         self.metrics.up.labels(self.metrics.shard).set(1)
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # the last incarnation's state: stale until replay ends
+            state_file(os.environ["PROMETHEUS_MULTIPROC_DIR"], self.shard_id).unlink(missing_ok=True)
         await self._recover()
         self.metrics.up.labels(self.metrics.shard).set(0)
         self.state.start(self.now_ms())
@@ -307,10 +310,9 @@ class ShardRuntime:
         self.metrics.meter.flush()  # the last ops' counts, before the process exits
 
     async def _housekeeping(self) -> None:
-        """Every second: loop lag and queue depth; every 5 s: the state metrics file."""
-        import os
-
-        from rafka.shard.metrics import StateCollector, StateFileWriter
+        """Every second: loop lag (the largest of the last ``LAG_WINDOW`` s) and queue depth;
+        every 5 s: the state metrics file."""
+        from rafka.shard.metrics import LAG_WINDOW, StateCollector, StateFileWriter
 
         shard = self.metrics.shard
         writer = None
@@ -322,10 +324,15 @@ class ShardRuntime:
 
             REGISTRY.register(collector)
         tick = 0
+        lags: deque[tuple[float, float]] = deque()  # (measured at, lag)
         while True:
             before = time.perf_counter()
             await asyncio.sleep(1.0)
-            self.metrics.loop_lag.labels(shard).set(max(0.0, time.perf_counter() - before - 1.0))
+            now = time.perf_counter()
+            lags.append((now, max(0.0, now - before - 1.0)))
+            while lags[0][0] < now - LAG_WINDOW:
+                lags.popleft()
+            self.metrics.loop_lag.labels(shard).set(max(lag for _at, lag in lags))
             self.metrics.inflight.labels(shard).set(self.inflight)
             if writer is not None and tick % 5 == 0:
                 try:

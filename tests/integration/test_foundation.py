@@ -158,6 +158,23 @@ def test_processes_are_named_and_a_dead_shard_is_restarted(fresh_rafka: Rafka) -
     assert "rafka-shard-1" in fresh_rafka.logs() and "restarting" in fresh_rafka.logs()
 
 
+def test_a_stalled_shard_shows_its_loop_lag_to_the_scrapes_after_it(fresh_rafka: Rafka) -> None:
+    """A shard whose loop stood still for 3 s still shows that lag seconds later, when the next
+    Prometheus scrape comes, not only during the second after the stall."""
+    import os
+    import signal
+
+    from tests.ops.opsutil import sample_value, scrape
+
+    shard = fresh_rafka.children()["rafka-shard-1"]
+    os.kill(shard, signal.SIGSTOP)
+    time.sleep(3)
+    os.kill(shard, signal.SIGCONT)
+    time.sleep(5)
+    lag = sample_value(scrape(fresh_rafka.metrics_port), "rafka_shard_loop_lag_seconds", 'shard="1"')
+    assert lag is not None and lag >= 1.5, lag  # the stall, less what of its 1 s timer had run before it
+
+
 def test_sigterm_stops_everything_within_ten_seconds(fresh_rafka: Rafka) -> None:
     start = time.monotonic()
     code = fresh_rafka.stop()

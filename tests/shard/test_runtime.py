@@ -175,6 +175,36 @@ def test_a_stopping_shard_sends_the_replies_its_last_fsync_made_durable(tmp_path
     asyncio.run(main())
 
 
+def test_a_starting_shard_drops_the_state_metrics_of_its_last_incarnation_before_replay(
+        tmp_path: Any, monkeypatch: Any) -> None:
+    """The endpoint merges each shard's state file: during a long replay the last process's
+    groups and lag would show as current. The file goes before replay; the next is written after."""
+    _one_metrics(monkeypatch)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    stale = tmp_path / "state-shard-0.prom"
+    stale.write_text('rafka_group_members{shard="0"} 7.0\n')
+    during_replay: list[bool] = []
+
+    class _Replaying(_Stopping):
+        def recover(self) -> Any:
+            during_replay.append(stale.exists())
+            yield 1
+
+    async def main() -> None:
+        state = _Replaying()
+        runtime = ShardRuntime(0, f"ipc://{tmp_path}/shard.sock", lambda _rt: state)  # type: ignore[arg-type,return-value]
+        serving = asyncio.create_task(runtime.serve())
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if during_replay:
+                break
+        runtime.stop()
+        await asyncio.wait_for(serving, 5)
+
+    asyncio.run(main())
+    assert during_replay == [False]
+
+
 def test_an_envelope_with_a_bad_id_or_op_is_dropped_and_the_rest_of_its_batch_served(
         monkeypatch: Any, caplog: Any) -> None:
     _one_metrics(monkeypatch)
