@@ -28,7 +28,8 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 # Grafana's macros and this dashboard's variables, as Prometheus should see them.
 GRAFANA_SUBSTITUTIONS = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h",
-                         "${instance}": ".*", "$instance": ".*", "${consumergroup}": ".*", "$consumergroup": ".*"}
+                         "${instance}": ".*", "$instance": ".*", "${consumergroup}": ".*", "$consumergroup": ".*",
+                         "${org}": ".*", "$org": ".*"}
 
 
 def need_binary(name: str) -> str:
