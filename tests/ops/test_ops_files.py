@@ -96,8 +96,9 @@ def _exec_start(unit: str) -> list[str]:
 def systemd_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A root for `systemd-analyze --root`: the system's stock units, ours, and the rafka binary.
 
-    verify checks that ExecStart's binary exists; the test machine has no rafka installed
-    at /usr/local/bin, so a stub stands in there (inside the throwaway root only).
+    verify checks that each Exec line's binary exists; the test machine has no rafka installed
+    at /usr/local/bin, so a stub stands in there, and for ExecReload's kill (inside the
+    throwaway root only).
     """
     need_binary("systemd-analyze")
     root = tmp_path_factory.mktemp("sysroot")
@@ -109,10 +110,12 @@ def systemd_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "etc/systemd/system").mkdir(parents=True)
     for unit in UNITS:
         shutil.copy(SYSTEMD_DIR / unit, root / "etc/systemd/system" / unit)
-        binary = root / _exec_start(unit)[0].lstrip("/")
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        binary.write_text("#!/bin/sh\nexit 0\n")
-        binary.chmod(0o755)
+        for line in _unit_lines(unit):
+            if line.startswith(("ExecStart=", "ExecReload=")):
+                binary = root / line.split("=", 1)[1].split()[0].lstrip("/")
+                binary.parent.mkdir(parents=True, exist_ok=True)
+                binary.write_text("#!/bin/sh\nexit 0\n")
+                binary.chmod(0o755)
     return root
 
 
