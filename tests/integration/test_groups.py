@@ -213,6 +213,21 @@ def test_admin_list_describe_delete_groups_and_offsets(rafka: Rafka) -> None:
     assert group not in {g.group_id for g in listed.valid}
 
 
+def test_delete_groups_answers_a_name_given_twice_once(rafka: Rafka) -> None:
+    """Kafka deletes each distinct group name once (KafkaApis: ``groupsNames.distinct``): the copy
+    gets no second answer, where deleting it again read GROUP_ID_NOT_FOUND."""
+    from tests.rawclient import RawClient
+
+    topic, group, missing = _name("t"), _name("g"), _name("none")
+    create_topic(rafka.bootstrap, topic, 1)
+    admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 5)])])[
+        group].result(timeout=10)
+    with RawClient("127.0.0.1", rafka.port) as c:
+        resp = c.request(42, 2, {"groups_names": [group, missing, group]})
+    assert [(r["group_id"], r["error_code"]) for r in resp["results"]] == [(group, 0), (missing, 69)]
+
+
 def test_list_groups_while_a_shard_is_down_is_a_retriable_load_in_progress(fresh_rafka: Rafka) -> None:
     """A shard that is down holds some groups: ListGroups and ListTransactions cannot list them
     all, so they answer COORDINATOR_LOAD_IN_PROGRESS (14), as Kafka does while a coordinator

@@ -180,7 +180,7 @@ async def delete_groups(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
         resp, err = await _call_or_error(ctx, Op.DELETE_GROUP, group_id, {"group_id": group_id})
         return resp if resp is not None else {"group_id": group_id, "error_code": err}
 
-    results = await asyncio.gather(*(one(g) for g in req["groups_names"]))
+    results = await asyncio.gather(*(one(g) for g in dict.fromkeys(req["groups_names"])))  # each name once, as Kafka
     return {"throttle_time": 0, "results": list(results)}
 
 
