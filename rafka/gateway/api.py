@@ -83,14 +83,14 @@ class RequestContext:
     client_host: str
     org_id: str
     gateway: Any  # rafka.gateway.server.Gateway
-    ordering: Ordering  # its connection's
+    connection: Any  # rafka.gateway.server.KafkaConnection, the request's
     trace: str | None = None
     requests: int = 1  # the requests this call answers (a run of OffsetCommits: see commit_runs.py)
 
     async def before_op(self, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable``, something this request needs before it can send its op, while its
         connection holds the requests after it, so that none of them reaches a shard first."""
-        ordering = self.ordering
+        ordering = self.connection.ordering
         ordering.waiting += 1
         try:
             return await awaitable

@@ -50,6 +50,7 @@ import socket
 import ssl
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from functools import cache
 from typing import Any
 
@@ -286,6 +287,8 @@ class KafkaConnection(asyncio.Protocol):
         self._reading_paused = False
         self._writing_paused = False
         self._closed = False
+        self._last_fetch: asyncio.Future[None] | None = None  # see fetch_turn
+        self._write_waiters: list[asyncio.Future[None]] = []
 
     @property
     def principal(self) -> str | None:
@@ -326,6 +329,7 @@ class KafkaConnection(asyncio.Protocol):
         self._commit_run = None
         self._runs.clear()
         self._in_runs = 0
+        self._wake_writers()
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -334,6 +338,38 @@ class KafkaConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._writing_paused = False
         self._update_reading()
+        self._wake_writers()
+
+    def _wake_writers(self) -> None:
+        waiters, self._write_waiters = self._write_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def fetch_turn(self) -> tuple[Awaitable[None] | None, Callable[[], None]]:
+        """One Fetch of a connection at a time, as Kafka serves a connection's requests one by
+        one: a client that pipelines Fetches, reading their answers or not, cannot make the
+        gateway and a shard build hundreds of responses at once. A Fetch starts once the one
+        before it has its response and the socket is not write-paused. Returns what to wait for
+        first (None: nothing) and the call that ends this Fetch's turn."""
+        before, mine = self._last_fetch, self.loop.create_future()
+        self._last_fetch = mine
+
+        def release() -> None:
+            if not mine.done():
+                mine.set_result(None)
+
+        if (before is None or before.done()) and not self._writing_paused:
+            return None, release
+        return self._fetch_ready(before), release
+
+    async def _fetch_ready(self, before: asyncio.Future[None] | None) -> None:
+        if before is not None:
+            await before
+        while self._writing_paused and not self._closed:
+            waiter = self.loop.create_future()
+            self._write_waiters.append(waiter)
+            await waiter
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
@@ -461,7 +497,7 @@ class KafkaConnection(asyncio.Protocol):
             self.bad_input("body", str(exc))
             return
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, self.client_host, self.org_id, self.gw,
-                             self.ordering, requests=len(run.frames) if run is not None else 1)
+                             self, requests=len(run.frames) if run is not None else 1)
         sasl = api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE
         context = None
         if sasl:

@@ -158,3 +158,42 @@ def test_a_partition_error_of_the_request_itself_ends_the_long_poll(rafka: Rafka
         resp = raw.request(1, 11, req)
         took = time.monotonic() - start
     assert resp["responses"][0]["partitions"][0]["error_code"] == 75 and took < 1.0
+
+
+def _rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return total / 1024
+
+
+def test_pipelined_fetches_are_served_one_at_a_time(fresh_rafka: Rafka) -> None:
+    """A client that pipelines Fetches, reading the answers late, cannot make the gateway and the
+    shard build them all at once (Kafka serves a connection's requests one by one): 200 Fetches
+    of a 1 MB partition left unread grow the processes by far less than 200 MB, and once read
+    every answer is whole. Built at once they held the shard past its ping deadline, and every
+    one of them failed NOT_LEADER_OR_FOLLOWER."""
+    topic = _name("pipe")
+    create_topic(fresh_rafka.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": fresh_rafka.bootstrap, "linger.ms": 50, "compression.type": "none"})
+    for _ in range(1000):
+        producer.produce(topic, os.urandom(1000), partition=0)
+    assert producer.flush(15) == 0
+    parts = [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+              "log_start_offset": -1}]
+    req = {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+           "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": parts}],
+           "forgotten_topics_data": [], "rack_id": ""}
+    children = fresh_rafka.children()
+    pids = [children["rafka-gateway"], children["rafka-shard-0"], children["rafka-shard-1"]]
+    with RawClient("127.0.0.1", fresh_rafka.port, timeout=30) as raw:
+        assert len(raw.request(1, 11, req)["responses"][0]["partitions"][0]["records"]) > 900_000
+        before = _rss_mb(pids)
+        raw.send_raw(b"".join(raw.encode(1, 11, req) for _ in range(200)))
+        time.sleep(3)
+        grown = _rss_mb(pids) - before
+        answers = [raw.read_response(1, 11)["responses"][0]["partitions"][0] for _ in range(200)]
+    assert grown < 60, f"{grown:.0f} MB more for 200 unread answers of ~1 MB"
+    assert {(a["error_code"], len(a["records"])) for a in answers} == {(0, len(answers[0]["records"]))}
+    assert len(answers[0]["records"]) > 900_000

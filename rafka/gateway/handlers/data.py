@@ -351,6 +351,18 @@ def _spend_max_bytes(parts: list[dict[str, Any]], out: dict[tuple[str, int], dic
 
 @api(1, 4, 17, "data.fetch")
 async def fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    """A Fetch waits for its connection's Fetch before it (``KafkaConnection.fetch_turn``),
+    holding the requests after it so their ops still reach the shards in request order."""
+    wait, release = ctx.connection.fetch_turn()
+    try:
+        if wait is not None:
+            await ctx.before_op(wait)
+        return await _fetch(ctx, req)
+    finally:
+        release()
+
+
+async def _fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     if req.get("session_epoch", -1) not in (0, -1):  # incremental: rafka never opened a session (KIP-227)
         return {"throttle_time": 0, "error_code": Err.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
     try:
