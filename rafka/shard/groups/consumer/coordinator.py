@@ -593,8 +593,10 @@ class ConsumerGroupCoordinator(ClassicMembersMixin, MigrationMixin):
                      "members": [], "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
             return NO_RECORDS
 
+        names = group.names_by_id()
+
         def wire(a: Assignment) -> dict[str, Any]:
-            return {"topic_partitions": [{"topic_id": tid, "topic_name": group.topic_name(tid),
+            return {"topic_partitions": [{"topic_id": tid, "topic_name": names.get(tid, ""),
                                           "partitions": sorted(ps)} for tid, ps in sorted(a.items()) if ps]}
 
         members = [{

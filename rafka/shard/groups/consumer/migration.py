@@ -81,8 +81,9 @@ def names_to_ids(group: ConsumerGroup, by_name: dict[str, set[int]]) -> Assignme
 
 def ids_to_names(group: ConsumerGroup, by_id: Assignment) -> dict[str, set[int]]:
     out: dict[str, set[int]] = {}
+    names = group.names_by_id()
     for tid, parts in by_id.items():
-        name = group.topic_name(tid)
+        name = names.get(tid, "")
         if name and parts:
             out.setdefault(name, set()).update(parts)
     return out

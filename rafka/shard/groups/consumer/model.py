@@ -168,11 +168,10 @@ class ConsumerGroup:
     def regexes(self) -> set[str]:
         return {m.subscribed_topic_regex for m in self.members.values() if m.subscribed_topic_regex}
 
-    def topic_name(self, topic_id: str) -> str:
-        for name, (tid, _n) in self.topics.items():
-            if tid == topic_id:
-                return name
-        return ""
+    def names_by_id(self) -> dict[str, str]:
+        """Topic id → name of the topics the group knows (built once per use: one lookup per
+        assigned topic would walk them all each time)."""
+        return {tid: name for name, (tid, _n) in self.topics.items()}
 
     def preferred_assignor(self, default: str) -> str:
         votes: dict[str, int] = {}
