@@ -47,6 +47,21 @@ def test_a_client_batch_must_start_at_offset_zero() -> None:
     assert plan.message == "The baseOffset of the record batch in the append to t-0 should be 0, but it is 999"
 
 
+@pytest.mark.parametrize("codec", [CompressionType.NONE, CompressionType.ZSTD])
+def test_a_batch_declaring_more_records_than_its_bytes_hold_is_refused(codec: CompressionType) -> None:
+    """One record under a header claiming 2^31 - 1 (last offset delta to match) moved the log end
+    offset by two billion; Kafka's record iterator refuses it."""
+    log = PartitionLog()
+    raw = bytearray(build_batch([SimpleRecord(None, b"v", 1000)], compression=codec))
+    struct.pack_into(">i", raw, 23, 2**31 - 2)  # lastOffsetDelta
+    struct.pack_into(">i", raw, 57, 2**31 - 1)  # recordsCount
+    struct.pack_into(">I", raw, 17, __import__("crc32c").crc32c(bytes(raw[21:])))
+    plan = log.prepare_append([bytes(raw)], 0, None, "t-0")
+    assert (plan.error, plan.message) == (Errors.INVALID_RECORD, "Incorrect declared batch size, premature EOF reached")
+    assert log.log_end_offset == 0
+    assert append(log, batch(3)).error == Errors.NONE and log.log_end_offset == 3  # honest batches as before
+
+
 def test_several_batches_in_one_append() -> None:
     log = PartitionLog()
     plan = append(log, [batch(2), batch(3)])

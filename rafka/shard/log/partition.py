@@ -57,6 +57,7 @@ from rafka.protocol.records import (
     MAGIC_V2,
     NO_TIMESTAMP,
     BatchHeader,
+    CompressionType,
     CorruptRecordError,
     InvalidRecordError,
     batch_last_offset,
@@ -488,6 +489,8 @@ def validate_client_batch(batch: Any, max_message_bytes: int, name: str = "") ->
         raise AppendError(Errors.CORRUPT_MESSAGE, str(exc)) from None
     if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
         raise AppendError(Errors.INVALID_RECORD, "Inconsistent batch offset range and count of records")
+    if header.compression == CompressionType.NONE:
+        _check_room(header, header.size_in_bytes - BATCH_HEADER_SIZE)
     if header.is_control:
         raise AppendError(Errors.INVALID_RECORD, "Clients are not allowed to write control records")
     if header.has_producer_id and header.base_sequence < 0:
@@ -495,6 +498,18 @@ def validate_client_batch(batch: Any, max_message_bytes: int, name: str = "") ->
     if header.is_transactional and not header.has_producer_id:
         raise AppendError(Errors.INVALID_RECORD, "A transactional batch needs a producer id")
     return header
+
+
+MIN_RECORD_SIZE = 7  # a length, attributes, timestamp and offset deltas, null key, null value, no headers
+
+
+def _check_room(header: BatchHeader, records_size: int) -> None:
+    """A batch whose records cannot hold the count its header declares is refused, as Kafka's
+    record iterator refuses it. Checked from the size alone: the records are not walked on the
+    fast path, so a count that lies by a few records within the bytes goes unnoticed; one that
+    would move the log end offset far (2^31 - 1 records in a few bytes) does not."""
+    if header.records_count > records_size // MIN_RECORD_SIZE:
+        raise AppendError(Errors.INVALID_RECORD, "Incorrect declared batch size, premature EOF reached")
 
 
 def stored_codec(header: BatchHeader, batch: Any, config: LogConfig, name: str) -> Any:
@@ -537,9 +552,10 @@ def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: in
         # codec is decoded whole by ``stored_codec``, which checks it then)
         if header.compression and config.codec_for(header.compression)[0] == header.compression:
             try:
-                decompress(header.compression, memoryview(batch)[BATCH_HEADER_SIZE:])
+                records = decompress(header.compression, memoryview(batch)[BATCH_HEADER_SIZE:])
             except CorruptRecordError as exc:
                 raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: {exc}") from None
+            _check_room(header, len(records))
         return
     if not create_time and header.is_log_append_time:
         raise AppendError(Errors.INVALID_TIMESTAMP, "Invalid timestamp type in message. "
