@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector
 from rafka.telemetry import LATENCY_BUCKETS, RequestMeter, RequestTally
 
 MAX_PARTITION_SERIES = 5000
-LAG_WINDOW = 30  # seconds the loop lag gauge holds its largest measurement: two 15 s scrapes
+LAG_WINDOW = 30  # 1 s measurements the loop lag gauge holds its largest of: two 15 s scrapes
 
 
 class ShardMetrics:
@@ -44,8 +44,8 @@ class ShardMetrics:
                                  buckets=LATENCY_BUCKETS)
         self.inflight = Gauge("rafka_shard_inflight_ops", "Ops received and not yet answered (queue depth, parked included)",
                               ["shard"], multiprocess_mode="livesum")
-        self.loop_lag = Gauge("rafka_shard_loop_lag_seconds", "Largest event-loop lag a 1 s timer measured in the "
-                              f"last {LAG_WINDOW} s (a stall that ended between two scrapes shows)", ["shard"],
+        self.loop_lag = Gauge("rafka_shard_loop_lag_seconds", "Largest event-loop lag of the last "
+                              f"{LAG_WINDOW} measurements by a 1 s timer (a stall that ended between two scrapes shows)", ["shard"],
                               multiprocess_mode="livemax")
         self.fsync = Histogram("rafka_wal_fsync_latency_seconds", "Duration of one WAL fsync pass", ["shard"],
                                buckets=LATENCY_BUCKETS)
@@ -135,18 +135,15 @@ def _gauge(name: str, doc: str, shard: str, value: float) -> GaugeMetricFamily:
     return g
 
 
-def state_file(directory: str, shard_id: int) -> Path:
-    """Where shard ``shard_id`` writes its state metrics for the supervisor's endpoint."""
-    return Path(directory) / f"state-shard-{shard_id}.prom"
-
-
 class StateFileWriter:
-    """Writes a shard's state metrics where the supervisor's endpoint merges them."""
+    """Writes a shard's state metrics where the supervisor's endpoint merges them; a new one
+    removes the file a previous process of the shard left, until its first write."""
 
     def __init__(self, collector: StateCollector, directory: str, shard_id: int) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(collector)
-        self.path = state_file(directory, shard_id)
+        self.path = Path(directory) / f"state-shard-{shard_id}.prom"
+        self.path.unlink(missing_ok=True)
 
     def write(self) -> None:
         tmp = self.path.with_suffix(".tmp")

@@ -31,7 +31,7 @@ from rafka import loops, telemetry, zmtp
 from rafka.rail import OP_NAMES, Op, Status, pack, unpack
 from rafka.shard.groups.core import TimerKey
 from rafka.shard.handlers import ShardState
-from rafka.shard.metrics import ShardMetrics, state_file
+from rafka.shard.metrics import LAG_WINDOW, ShardMetrics, StateCollector, StateFileWriter
 from rafka.shard.records import Record
 from rafka.shard.wal import EntryTooLarge, WalError
 
@@ -294,12 +294,14 @@ class ShardRuntime:
         self._router = router
         log.info("shard %d serving on %s", self.shard_id, self.endpoint)
         self.metrics.up.labels(self.metrics.shard).set(1)
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # the last incarnation's state: stale until replay ends
-            state_file(os.environ["PROMETHEUS_MULTIPROC_DIR"], self.shard_id).unlink(missing_ok=True)
+        collector = StateCollector(self.state, self.shard_id)
+        directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        # made before replay: the last incarnation's file goes, else its state would read as current
+        writer = StateFileWriter(collector, directory, self.shard_id) if directory else None
         await self._recover()
         self.metrics.up.labels(self.metrics.shard).set(0)
         self.state.start(self.now_ms())
-        self._housekeeping_task = asyncio.create_task(self._housekeeping())
+        self._housekeeping_task = asyncio.create_task(self._housekeeping(collector, writer))
         await self._stopping.wait()
         self._housekeeping_task.cancel()
         self.timer.cancel_all()
@@ -309,30 +311,22 @@ class ShardRuntime:
         router.close()
         self.metrics.meter.flush()  # the last ops' counts, before the process exits
 
-    async def _housekeeping(self) -> None:
-        """Every second: loop lag (the largest of the last ``LAG_WINDOW`` s) and queue depth;
-        every 5 s: the state metrics file."""
-        from rafka.shard.metrics import LAG_WINDOW, StateCollector, StateFileWriter
-
-        shard = self.metrics.shard
-        writer = None
-        collector = StateCollector(self.state, self.shard_id)
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            writer = StateFileWriter(collector, os.environ["PROMETHEUS_MULTIPROC_DIR"], self.shard_id)
-        else:
+    async def _housekeeping(self, collector: StateCollector, writer: StateFileWriter | None) -> None:
+        """Every second: loop lag (the largest of the last ``LAG_WINDOW`` measurements) and queue
+        depth; every 5 s: the state metrics file (else the collector serves this process's
+        registry, from now: it reads state that replay no longer changes)."""
+        if writer is None:
             from prometheus_client import REGISTRY
 
             REGISTRY.register(collector)
+        shard = self.metrics.shard
         tick = 0
-        lags: deque[tuple[float, float]] = deque()  # (measured at, lag)
+        lags: deque[float] = deque(maxlen=LAG_WINDOW)
         while True:
             before = time.perf_counter()
             await asyncio.sleep(1.0)
-            now = time.perf_counter()
-            lags.append((now, max(0.0, now - before - 1.0)))
-            while lags[0][0] < now - LAG_WINDOW:
-                lags.popleft()
-            self.metrics.loop_lag.labels(shard).set(max(lag for _at, lag in lags))
+            lags.append(max(0.0, time.perf_counter() - before - 1.0))
+            self.metrics.loop_lag.labels(shard).set(max(lags))
             self.metrics.inflight.labels(shard).set(self.inflight)
             if writer is not None and tick % 5 == 0:
                 try:
