@@ -31,10 +31,11 @@ from rafka.protocol.records import (
     _read_nullable,
     _read_varint,
     _zigzag_varint,
-    check_record,
     compress,
     compute_crc,
     record_bodies,
+    records_section,
+    scan_records,
 )
 
 DELETE_HORIZON_BIT = 0x40  # DefaultRecordBatch.DELETE_HORIZON_FLAG_MASK
@@ -59,12 +60,15 @@ def delete_horizon(header: BatchHeader) -> int | None:
 
 
 def raw_records(header: BatchHeader, batch: bytes | memoryview, *, strict: bool = False) -> list[RawRecord]:
-    """The records of ``batch``; ``CorruptRecordError`` if they do not decode (every field of
-    every record checked when ``strict``: a batch from a client, not from the log)."""
+    """The records of ``batch``; ``CorruptRecordError`` if they do not decode. With ``strict`` (a
+    batch from a client, not from the log) every record is first walked to its end by
+    ``scan_records``, which raises ``InvalidRecordError`` for one that does not parse."""
     out = []
-    for body in record_bodies(header, batch):
-        if strict:
-            check_record(body)
+    section = records_section(header, batch)
+    if strict:
+        for _ in scan_records(header, section):
+            pass
+    for body in record_bodies(header, batch, section):
         ts_delta, rest = _read_varint(body, 1)  # after the attributes byte (raises on a body too short)
         offset_delta, at = _read_varint(body, rest)
         key, at = _read_nullable(body, at)

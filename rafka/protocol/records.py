@@ -432,12 +432,18 @@ def _decompress_into(module: Any, data: bytes | memoryview, limit: int) -> memor
             size = min(limit, size * 4)
 
 
-def record_bodies(header: BatchHeader, batch: bytes | bytearray | memoryview) -> Iterator[memoryview]:
-    """Each record of a batch, without its length prefix, decompressed first
-    (``CorruptRecordError`` if they do not decompress or a length runs past the batch)."""
+def records_section(header: BatchHeader, batch: bytes | bytearray | memoryview) -> memoryview:
+    """The bytes of a batch's records, decompressed (``CorruptRecordError`` if they do not)."""
     view = memoryview(batch)[BATCH_HEADER_SIZE : header.size_in_bytes]
-    if header.compression != CompressionType.NONE:
-        view = decompress(header.compression, view)
+    return decompress(header.compression, view) if header.compression != CompressionType.NONE else view
+
+
+def record_bodies(header: BatchHeader, batch: bytes | bytearray | memoryview,
+                  section: memoryview | None = None) -> Iterator[memoryview]:
+    """Each record of a batch, without its length prefix, decompressed first unless its
+    ``records_section`` is given (``CorruptRecordError`` if they do not decompress or a length
+    runs past the batch)."""
+    view = records_section(header, batch) if section is None else section
     pos = 0
     for _ in range(header.records_count):
         length, pos = _read_varint(view, pos)
@@ -448,25 +454,49 @@ def record_bodies(header: BatchHeader, batch: bytes | bytearray | memoryview) ->
         pos = end
 
 
-def check_record(body: memoryview | bytes) -> None:
-    """Walk one record body to its end as Kafka's ``DefaultRecord.readFrom`` does;
-    ``CorruptRecordError`` if a field runs past it, a header key is null, the header count is
-    negative or bytes are left over."""
-    pos = _read_varint(body, 1)[1]  # after the attributes: timestamp delta
-    pos = _read_varint(body, pos)[1]  # offset delta
-    pos = _read_nullable(body, pos)[1]  # key
-    pos = _read_nullable(body, pos)[1]  # value
-    count, pos = _read_varint(body, pos)
-    if count < 0:
-        raise CorruptRecordError(f"Found invalid number of record headers {count}")
-    for _ in range(count):
-        key, pos = _read_nullable(body, pos)
-        if key is None:
-            raise CorruptRecordError("Invalid negative header key size")
-        pos = _read_nullable(body, pos)[1]
-    if pos != len(body):
-        raise CorruptRecordError(f"Invalid record size: expected to read {len(body)} bytes in record payload, "
-                                 f"but instead read {pos}")
+def scan_records(header: BatchHeader, records: memoryview | bytes) -> Iterator[tuple[int, int, bool]]:
+    """Walk a client batch's records (``records_section``) as Kafka's record iterator and
+    ``DefaultRecord.readFrom`` check them, skipping keys, values and headers rather than copying
+    them: yield each one's ``(offset delta, timestamp, has a key)``. A record that does not parse
+    to its length, or a count that does not match the records, raises ``InvalidRecordError`` with
+    Kafka's message (INVALID_RECORD, which a producer does not retry)."""
+    data = bytes(records)
+    size = len(data)
+    read = _read_varint
+    pos = 0
+    try:
+        for _ in range(header.records_count):
+            if pos >= size:
+                raise InvalidRecordError("Incorrect declared batch size, premature EOF reached")
+            length, start = read(data, pos)
+            end = start + length
+            if length < 0 or end > size:
+                raise InvalidRecordError(f"Invalid record size: expected {length} bytes in record payload, but "
+                                         f"instead the buffer has only {size - start} remaining bytes.")
+            ts_delta, pos = read(data, start + 1)  # after the attributes
+            offset_delta, pos = read(data, pos)
+            key_size, pos = read(data, pos)
+            value_size, pos = read(data, pos + max(key_size, 0))
+            count, pos = read(data, pos + max(value_size, 0))
+            if count < 0:
+                raise InvalidRecordError(f"Found invalid number of record headers {count}")
+            if count > end - pos:
+                raise InvalidRecordError(f"Found invalid number of record headers. {count} is larger than the "
+                                         f"remaining size of the buffer")
+            for _ in range(count):
+                field_size, pos = read(data, pos)
+                if field_size < 0:
+                    raise InvalidRecordError(f"Invalid negative header key size {field_size}")
+                field_size, pos = read(data, pos + field_size)
+                pos += max(field_size, 0)
+            if pos != end:
+                raise InvalidRecordError(f"Invalid record size: expected to read {length} bytes in record payload, "
+                                         f"but instead read {pos - start}")
+            yield offset_delta, header.base_timestamp + ts_delta, key_size >= 0
+    except CorruptRecordError:  # a varint past the end of the data
+        raise InvalidRecordError("Found invalid record structure") from None
+    if pos != size:
+        raise InvalidRecordError("Incorrect declared batch size, records still remaining in file")
 
 
 def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[SimpleRecord]:

@@ -268,7 +268,8 @@ def test_a_batch_too_large_once_recompressed_is_refused() -> None:
 
 def test_a_batch_whose_records_do_not_parse_is_not_recompressed() -> None:
     """Recompressing rewrites the records with a fresh CRC, so each is parsed to its end first, as
-    Kafka's LogValidator does: a record with bytes left over is CORRUPT_MESSAGE, not stored."""
+    Kafka's LogValidator does: a record with bytes left over is INVALID_RECORD (Kafka's
+    InvalidRecordException, which a producer does not retry), not stored."""
     good = batch(1)
     body = good[61 + 1:] + b"\x00"  # the one record, with a stray byte; its length is one varint byte
     bad = bytearray(good[:61] + bytes([2 * len(body)]) + body)
@@ -276,8 +277,42 @@ def test_a_batch_whose_records_do_not_parse_is_not_recompressed() -> None:
     struct.pack_into(">I", bad, 17, compute_crc(bad))
     config = LogConfig.from_overrides({"compression.type": "zstd"})
     plan = PartitionLog().prepare_append([bytes(bad)], 0, config, "t-0")
-    assert plan.error == Errors.CORRUPT_MESSAGE and "Invalid record size" in plan.message
+    assert plan.error == Errors.INVALID_RECORD and plan.message == ("Invalid record size: expected to read "
+                                                                     "18 bytes in record payload, but instead read 17")
     assert PartitionLog().prepare_append([good], 0, config, "t-0").error == Errors.NONE
+
+
+def _declaring(raw: bytes, count: int) -> bytes:
+    """``raw`` with a header that declares ``count`` records (and the last offset delta to match)."""
+    out = bytearray(raw)
+    struct.pack_into(">i", out, 23, count - 1)
+    struct.pack_into(">i", out, 57, count)
+    struct.pack_into(">I", out, 17, compute_crc(out))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("path", ["recompressed", "timestamps checked", "keys checked"])
+@pytest.mark.parametrize(("declared", "message"), [
+    (4, "Incorrect declared batch size, premature EOF reached"),
+    (2, "Incorrect declared batch size, records still remaining in file"),
+])
+def test_a_record_count_that_lies_is_invalid_record_wherever_the_records_are_read(
+        path: str, declared: int, message: str) -> None:
+    """Three records under a header that counts four, or two: wherever the broker reads the records
+    (to recompress them, to check their timestamps, to check their keys), the answer is Kafka's
+    record iterator's, INVALID_RECORD; a compressed batch on these paths was CORRUPT_MESSAGE, which
+    producers retry until their delivery timeout."""
+    now = 10_000_000
+    codec = CompressionType.NONE if path == "recompressed" else CompressionType.ZSTD
+    ts = now + 7_200_000 if path == "timestamps checked" else now  # two hours ahead: out of the window
+    config = LogConfig.from_overrides({"recompressed": {"compression.type": "zstd"}, "timestamps checked": {},
+                                       "keys checked": {"cleanup.policy": "compact"}}[path])
+    sent = batch(3, ts=ts, compression=codec)
+    log = PartitionLog()
+    plan = log.prepare_append([_declaring(sent, declared)], now, config, "t-0")
+    assert (plan.error, plan.message, plan.values) == (Errors.INVALID_RECORD, message, [])
+    expected = Errors.INVALID_TIMESTAMP if path == "timestamps checked" else Errors.NONE
+    assert log.prepare_append([sent], now, config, "t-0").error == expected  # the honest batch as before
 
 
 def test_log_append_time_applies_to_a_recompressed_batch() -> None:

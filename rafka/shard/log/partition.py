@@ -63,9 +63,10 @@ from rafka.protocol.records import (
     batch_last_offset,
     build_control_batch,
     control_marker,
-    decompress,
     iter_records,
     parse_header,
+    records_section,
+    scan_records,
     set_log_append_time,
     stamp_batch,
     validate_batch,
@@ -520,6 +521,8 @@ def stored_codec(header: BatchHeader, batch: Any, config: LogConfig, name: str) 
         return batch
     try:
         batch = recompress_batch(header, batch, codec, level)
+    except InvalidRecordError as exc:
+        raise AppendError(Errors.INVALID_RECORD, str(exc)) from None
     except (ValueError, IndexError) as exc:  # CorruptRecordError is a ValueError
         raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name} does not decode: {exc}") from None
     if len(batch) > config.max_message_bytes:
@@ -539,8 +542,10 @@ def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: in
     refuses batches that already claim LogAppendTime. The records are decoded only when
     a rule needs them: with the default configs, when the header's max timestamp is
     out of the window; otherwise a compressed batch is only decompressed, so garbage
-    that a CRC covers never reaches a consumer. Records that do not decode are
-    CORRUPT_MESSAGE.
+    that a CRC covers never reaches a consumer. Records that do not decompress are
+    CORRUPT_MESSAGE; records that do not parse, or fewer or more of them than the header
+    counts, are INVALID_RECORD, as Kafka's record iterator answers (a producer retries the
+    first, not the second).
     """
     create_time = not config.log_append_time
     low = now_ms - config.message_timestamp_before_max_ms
@@ -552,7 +557,7 @@ def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: in
         # codec is decoded whole by ``stored_codec``, which checks it then)
         if header.compression and config.codec_for(header.compression)[0] == header.compression:
             try:
-                records = decompress(header.compression, memoryview(batch)[BATCH_HEADER_SIZE:])
+                records = records_section(header, batch)
             except CorruptRecordError as exc:
                 raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: {exc}") from None
             _check_room(header, len(records))
@@ -568,14 +573,18 @@ def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: in
                                   f"The timestamp should be within [{low}, {high}]"), True))
 
     try:
-        for index, record in enumerate(iter_records(batch)):
-            if config.compact and record.key is None:  # Kafka reports one error per record, the key's first
+        section = records_section(header, batch)
+    except CorruptRecordError as exc:
+        raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: {exc}") from None
+    try:
+        for index, (offset_delta, timestamp, has_key) in enumerate(scan_records(header, section)):
+            if config.compact and not has_key:  # Kafka reports one error per record, the key's first
                 errors.append((index, (f"Compacted topic cannot accept message without key in topic partition "
                                        f"{name}."), False))
             else:
-                check_timestamp(index, record.offset - header.base_offset, record.timestamp)
-    except (ValueError, IndexError) as exc:  # CorruptRecordError is a ValueError
-        raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name} does not decode: {exc}") from None
+                check_timestamp(index, offset_delta, timestamp)
+    except InvalidRecordError as exc:
+        raise AppendError(Errors.INVALID_RECORD, str(exc)) from None
     if not errors:
         return
     record_errors = [{"batch_index": i, "batch_index_error_message": m} for i, m, _ in errors]
