@@ -59,12 +59,14 @@ def delete_horizon(header: BatchHeader) -> int | None:
     return header.base_timestamp if header.attributes & DELETE_HORIZON_BIT else None
 
 
-def raw_records(header: BatchHeader, batch: bytes | memoryview, *, strict: bool = False) -> list[RawRecord]:
-    """The records of ``batch``; ``CorruptRecordError`` if they do not decode. With ``strict`` (a
-    batch from a client, not from the log) every record is first walked to its end by
-    ``scan_records``, which raises ``InvalidRecordError`` for one that does not parse."""
+def raw_records(header: BatchHeader, batch: bytes | memoryview, *, strict: bool = False,
+                section: memoryview | None = None) -> list[RawRecord]:
+    """The records of ``batch`` (decompressed unless its ``records_section`` is given);
+    ``CorruptRecordError`` if they do not decode. With ``strict`` (a batch from a client, not from
+    the log) every record is first walked to its end by ``scan_records``, which raises
+    ``InvalidRecordError`` for one that does not parse."""
     out = []
-    section = records_section(header, batch)
+    section = records_section(header, batch) if section is None else section
     if strict:
         for _ in scan_records(header, section):
             pass
@@ -101,10 +103,12 @@ def rebuild_batch(header: BatchHeader, records: Sequence[RawRecord], horizon_ms:
     return _pack(header, attributes, base_ts, max_ts, len(records), data)
 
 
-def recompress_batch(header: BatchHeader, batch: bytes | memoryview, codec: int, level: int | None) -> bytes:
-    """``batch`` with its records in ``codec`` at ``level``: the same offsets, producer, sequence,
-    flags and timestamps; ``CorruptRecordError`` if its records do not decode."""
-    return rebuild_batch(header, raw_records(header, batch, strict=True), None, codec, level)
+def recompress_batch(header: BatchHeader, batch: bytes | memoryview, codec: int, level: int | None,
+                     section: memoryview | None = None) -> bytes:
+    """``batch`` with its records (``section``, if already decompressed) in ``codec`` at ``level``:
+    the same offsets, producer, sequence, flags and timestamps; ``CorruptRecordError`` if its
+    records do not decode, ``InvalidRecordError`` if one does not parse."""
+    return rebuild_batch(header, raw_records(header, batch, strict=True, section=section), None, codec, level)
 
 
 def empty_batch(header: BatchHeader) -> bytes:

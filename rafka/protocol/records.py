@@ -388,8 +388,12 @@ def decompress(codec: int, data: bytes | memoryview, limit: int = DECOMPRESSED_L
     raise CorruptRecordError(f"unknown compression codec {codec}")
 
 
+class DecompressedTooLarge(CorruptRecordError):
+    """Records that decompress to more than the limit they were given."""
+
+
 def _too_big(limit: int) -> CorruptRecordError:
-    return CorruptRecordError(f"records decompress to more than {limit} bytes")
+    return DecompressedTooLarge(f"records decompress to more than {limit} bytes")
 
 
 def _gunzip(data: bytes | memoryview, limit: int) -> bytes:
@@ -432,10 +436,12 @@ def _decompress_into(module: Any, data: bytes | memoryview, limit: int) -> memor
             size = min(limit, size * 4)
 
 
-def records_section(header: BatchHeader, batch: bytes | bytearray | memoryview) -> memoryview:
-    """The bytes of a batch's records, decompressed (``CorruptRecordError`` if they do not)."""
+def records_section(header: BatchHeader, batch: bytes | bytearray | memoryview,
+                    limit: int = DECOMPRESSED_LIMIT) -> memoryview:
+    """The bytes of a batch's records, decompressed (``CorruptRecordError`` if they do not, or to
+    more than ``limit`` bytes)."""
     view = memoryview(batch)[BATCH_HEADER_SIZE : header.size_in_bytes]
-    return decompress(header.compression, view) if header.compression != CompressionType.NONE else view
+    return decompress(header.compression, view, limit) if header.compression != CompressionType.NONE else view
 
 
 def record_bodies(header: BatchHeader, batch: bytes | bytearray | memoryview,

@@ -177,6 +177,35 @@ def test_one_op_carries_several_partitions_and_errors_stay_per_partition(ctx: Ct
     assert appended_partitions(ctx.records) == {(ORG, "a", 0), (ORG, "b", 0)}
 
 
+def test_the_compressed_batches_of_one_op_decompress_within_a_budget(ctx: Ctx) -> None:
+    """Each batch may decompress to 64 MiB and one op's batches to 256 MiB together: a 420 KB
+    request of 200 zstd batches, each expanding to 63 MiB, kept a shard decompressing for ~7 s,
+    past its liveness deadline. Beyond the budget a partition is refused (CORRUPT_MESSAGE); the
+    next request has a budget of its own."""
+    big = build_batch([SimpleRecord(None, bytes(60 << 20), 1000)], compression=CompressionType.ZSTD)
+    assert len(big) < 10_000
+    resp = ctx.produce(*({"topic": "t", "partition": i, "records": big} for i in range(6)))
+    assert [r["error_code"] for r in resp] == [Errors.NONE] * 4 + [Errors.CORRUPT_MESSAGE] * 2
+    assert [ctx.manager.log_end_offset(ORG, "t", i) for i in range(6)] == [1, 1, 1, 1, 0, 0]
+    assert ctx.produce({"topic": "t", "partition": 4, "records": big})[0]["error_code"] == Errors.NONE
+    assert ctx.produce(*({"topic": "u", "partition": i, "records": batch(compression=CompressionType.ZSTD)}
+                         for i in range(300)))[-1]["error_code"] == Errors.NONE  # small batches: no limit met
+
+
+def test_what_exceeds_the_budget_is_named() -> None:
+    from rafka.shard.log.partition import PartitionLog
+    from rafka.shard.log.validator import DecompressBudget
+
+    sent = build_batch([SimpleRecord(None, bytes(4096), 1000)], compression=CompressionType.LZ4)
+    plan = PartitionLog().prepare_append([sent], 0, None, "t-0", DecompressBudget(4000))
+    assert (plan.error, plan.message) == (Errors.CORRUPT_MESSAGE, "Record batch of t-0: the compressed batches of "
+                                                                  "this request decompress to more than 268435456 "
+                                                                  "bytes together")
+    budget = DecompressBudget(5000)
+    assert PartitionLog().prepare_append([sent], 0, None, "t-0", budget).error == Errors.NONE
+    assert 0 < budget.left < 1000
+
+
 def test_fetch_out_of_range_reports_minus_one(ctx: Ctx) -> None:
     ctx.put(batch(2))
     [f] = ctx.fetch(("t", 0, 3))

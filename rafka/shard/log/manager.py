@@ -62,6 +62,7 @@ from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.partition import PartitionLog
 from rafka.shard.log.producers import PRODUCER_ID_EXPIRATION_MS, ProducerIdManager
+from rafka.shard.log.validator import DecompressBudget
 from rafka.shard.records import Record, RecordType
 
 INT32_MAX = 2**31 - 1
@@ -240,6 +241,7 @@ class LogManager:
         out = []
         seen: set[PartitionKey] = set()
         acks = op.get("acks", -1)
+        budget = DecompressBudget()  # for all of the op's compressed batches
         for p in op.get("partitions", []):
             topic, partition = p["topic"], p["partition"]
             key = (org_id, topic, partition)
@@ -249,12 +251,13 @@ class LogManager:
                 out.append(_produce_error(topic, partition, Errors.INVALID_REQUEST, "Partition given twice"))
             else:
                 seen.add(key)
-                recs, resp = self._produce_partition(key, p, now_ms)
+                recs, resp = self._produce_partition(key, p, now_ms, budget)
                 records += recs
                 out.append(resp)
         return records, {"partitions": out}
 
-    def _produce_partition(self, key: PartitionKey, p: dict[str, Any], now_ms: int) -> Result:
+    def _produce_partition(self, key: PartitionKey, p: dict[str, Any], now_ms: int,
+                           budget: DecompressBudget) -> Result:
         _, topic, partition = key
         tid, incarnation = _topic_id(p), p.get("incarnation", 0)
         if self._stale(key[0], p):
@@ -277,7 +280,7 @@ class LogManager:
                 Errors.INVALID_RECORD,
                 "Produce requests must contain exactly one record batch per partition",
             )
-        plan = log.prepare_append(batches, now_ms, config, f"{topic}-{partition}")
+        plan = log.prepare_append(batches, now_ms, config, f"{topic}-{partition}", budget)
         if plan.error:
             # as Kafka's ReplicaManager: only record-level errors carry a message, and a refusal
             # other than a size or corruption one tells the producer where the log starts

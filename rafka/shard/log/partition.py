@@ -4,7 +4,7 @@ How this works (Kafka's UnifiedLog/LocalLog/LogSegment, single replica):
 
 * The log is a list of segments; the last is the *active* one. A segment keeps
   its batches as producers sent them (baseOffset stamped; in another codec when the
-  topic's ``compression.type`` names one, see ``stored_codec``), their base
+  topic's ``compression.type`` names one, see ``rafka.shard.log.validator``), their base
   offsets (for bisecting), their max timestamps, its byte size and creation time.
 * ``prepare_append`` validates batches and plans where they go without
   changing anything: each batch gets base offset = log end offset (LEO), which
@@ -36,8 +36,8 @@ How this works (Kafka's UnifiedLog/LocalLog/LogSegment, single replica):
 * Compaction (``rafka.shard.log.cleaner``) replaces the segments below an offset with
   cleaned ones (``apply_compaction``); offsets never change, so a read that starts in a
   batch whose remaining records all lie below ``fetch_offset`` moves on to the next.
-* ``check_records`` applies the topic config's per-record rules (keys on compacted
-  topics, the timestamp window); a LogAppendTime topic stamps each batch it appends.
+* ``validate_append`` (``rafka.shard.log.validator``) checks a producer's batches and applies
+  the topic config's per-record rules; a LogAppendTime topic stamps each batch it appends.
 * Timestamp lookups find the first record with timestamp >= target, decoding
   the batch that holds it whatever its codec.
 """
@@ -50,30 +50,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rafka.protocol.cleaning import recompress_batch
 from rafka.protocol.records import (
-    BATCH_HEADER_SIZE,
     CONTROL_ABORT,
-    MAGIC_V2,
-    NO_TIMESTAMP,
     BatchHeader,
-    CompressionType,
-    CorruptRecordError,
-    InvalidRecordError,
     batch_last_offset,
     build_control_batch,
     control_marker,
     iter_records,
     parse_header,
-    records_section,
-    scan_records,
     set_log_append_time,
     stamp_batch,
-    validate_batch,
 )
-from rafka.shard.log.config import INT64_MAX, LogConfig
+from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.producers import BatchMetadata, ProducerStateManager
+from rafka.shard.log.validator import AppendError, DecompressBudget, validate_append
 
 log = logging.getLogger("rafka.log")
 
@@ -81,7 +72,6 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
-_MAGIC_OFFSET = 16
 _NO_RECORDS = bytes(4)  # recordsCount 0, bytes [57, 61) of a batch
 
 
@@ -192,19 +182,17 @@ class PartitionLog:
     # ----------------------------------------------------------------- append
 
     def prepare_append(self, batches: list[Any], now_ms: int, config: LogConfig | None = None,
-                       name: str = "") -> AppendPlan:
+                       name: str = "", budget: DecompressBudget | None = None) -> AppendPlan:
         """Validate ``batches`` and plan their append (pure); see ``AppendPlan``.
 
-        Each batch passes ``validate_client_batch`` and ``check_records`` (``name``, the
-        topic partition, goes in its messages), then the producer epoch and sequence
-        checks. Any failure rejects the whole request. A LogAppendTime topic stamps them.
+        Each batch passes ``validate_append`` (``name``, the topic partition, goes in its
+        messages; ``budget``, what the op's compressed batches may still decompress to), then
+        the producer epoch and sequence checks. Any failure rejects the whole request. A
+        LogAppendTime topic stamps them.
         """
         config = config or self.config
         try:
-            headers = [validate_client_batch(batch, config.max_message_bytes, name) for batch in batches]
-            for batch, header in zip(batches, headers, strict=True):
-                check_records(header, batch, config, now_ms, name)
-            batches = [stored_codec(header, batch, config, name) for batch, header in zip(batches, headers, strict=True)]
+            headers, batches = validate_append(batches, now_ms, config, name, budget)
         except AppendError as exc:
             return AppendPlan(exc.error, str(exc), record_errors=exc.record_errors)
         if config.log_append_time:
@@ -452,146 +440,3 @@ def _trimmed(seg: Segment, upto: int) -> Segment:
             _add(out, batch)
     out.next_offset = max(out.next_offset, seg.next_offset)
     return out
-
-
-class AppendError(Exception):
-    """A batch the broker refuses, with the Kafka error to answer (and, for rules about
-    single records, ``record_errors``: ``[{batch_index, batch_index_error_message}]``)."""
-
-    def __init__(self, error: Errors, message: str, record_errors: list[dict[str, Any]] | None = None) -> None:
-        super().__init__(message)
-        self.error = error
-        self.record_errors = record_errors or []
-
-
-def validate_client_batch(batch: Any, max_message_bytes: int, name: str = "") -> BatchHeader:
-    """Check one producer batch in Kafka's order; raise ``AppendError`` or return its header.
-
-    Magic and a base offset other than 0 (INVALID_RECORD), size against ``max.message.bytes`` (MESSAGE_TOO_LARGE),
-    CRC (CORRUPT_MESSAGE), record count / control batch / missing sequence
-    (INVALID_RECORD), transactional without a producer id (INVALID_RECORD).
-    """
-    try:
-        if len(batch) > _MAGIC_OFFSET and batch[_MAGIC_OFFSET] != MAGIC_V2:
-            raise InvalidRecordError(f"record batch magic {batch[_MAGIC_OFFSET]} is not 2")
-        if len(batch) >= 8 and (base_offset := int.from_bytes(batch[:8], "big", signed=True)) != 0:
-            raise InvalidRecordError(f"The baseOffset of the record batch in the append to {name} should be 0, "
-                                     f"but it is {base_offset}")
-        if len(batch) > max_message_bytes:
-            raise AppendError(
-                Errors.MESSAGE_TOO_LARGE,
-                f"The record batch size in the append is {len(batch)} bytes which exceeds the maximum "
-                f"configured value of {max_message_bytes}.",
-            )
-        header = validate_batch(batch)
-    except InvalidRecordError as exc:
-        raise AppendError(Errors.INVALID_RECORD, str(exc)) from None
-    except CorruptRecordError as exc:
-        raise AppendError(Errors.CORRUPT_MESSAGE, str(exc)) from None
-    if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
-        raise AppendError(Errors.INVALID_RECORD, "Inconsistent batch offset range and count of records")
-    if header.compression == CompressionType.NONE:
-        _check_room(header, header.size_in_bytes - BATCH_HEADER_SIZE)
-    if header.is_control:
-        raise AppendError(Errors.INVALID_RECORD, "Clients are not allowed to write control records")
-    if header.has_producer_id and header.base_sequence < 0:
-        raise AppendError(Errors.INVALID_RECORD, f"Invalid sequence number {header.base_sequence}")
-    if header.is_transactional and not header.has_producer_id:
-        raise AppendError(Errors.INVALID_RECORD, "A transactional batch needs a producer id")
-    return header
-
-
-MIN_RECORD_SIZE = 7  # a length, attributes, timestamp and offset deltas, null key, null value, no headers
-
-
-def _check_room(header: BatchHeader, records_size: int) -> None:
-    """A batch whose records cannot hold the count its header declares is refused, as Kafka's
-    record iterator refuses it. Checked from the size alone: the records are not walked on the
-    fast path, so a count that lies by a few records within the bytes goes unnoticed; one that
-    would move the log end offset far (2^31 - 1 records in a few bytes) does not."""
-    if header.records_count > records_size // MIN_RECORD_SIZE:
-        raise AppendError(Errors.INVALID_RECORD, "Incorrect declared batch size, premature EOF reached")
-
-
-def stored_codec(header: BatchHeader, batch: Any, config: LogConfig, name: str) -> Any:
-    """``batch`` in the codec the topic stores (``compression.type``; Kafka's LogValidator
-    recompresses a batch in another codec), checked again against ``max.message.bytes``."""
-    codec, level = config.codec_for(header.compression)
-    if codec == header.compression:
-        return batch
-    try:
-        batch = recompress_batch(header, batch, codec, level)
-    except InvalidRecordError as exc:
-        raise AppendError(Errors.INVALID_RECORD, str(exc)) from None
-    except (ValueError, IndexError) as exc:  # CorruptRecordError is a ValueError
-        raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name} does not decode: {exc}") from None
-    if len(batch) > config.max_message_bytes:
-        raise AppendError(Errors.MESSAGE_TOO_LARGE, f"Message batch size is {len(batch)} bytes in append to partition "
-                                                    f"{name} which exceeds the maximum configured size of "
-                                                    f"{config.max_message_bytes}.")
-    return batch
-
-
-def check_records(header: BatchHeader, batch: Any, config: LogConfig, now_ms: int, name: str) -> None:
-    """The topic config's rules for the records of one batch (Kafka's LogValidator); raise
-    ``AppendError`` listing every record that breaks one.
-
-    A compacted topic's records need keys (INVALID_RECORD). With CreateTime, each
-    timestamp must lie in [now - ``message.timestamp.before.max.ms``, now +
-    ``message.timestamp.after.max.ms``] (INVALID_TIMESTAMP); a LogAppendTime topic
-    refuses batches that already claim LogAppendTime. The records are decoded only when
-    a rule needs them: with the default configs, when the header's max timestamp is
-    out of the window; otherwise a compressed batch is only decompressed, so garbage
-    that a CRC covers never reaches a consumer. Records that do not decompress are
-    CORRUPT_MESSAGE; records that do not parse, or fewer or more of them than the header
-    counts, are INVALID_RECORD, as Kafka's record iterator answers (a producer retries the
-    first, not the second).
-    """
-    create_time = not config.log_append_time
-    low = now_ms - config.message_timestamp_before_max_ms
-    high = now_ms + config.message_timestamp_after_max_ms
-    if not config.compact and (
-            (create_time and header.max_timestamp <= high and config.message_timestamp_before_max_ms == INT64_MAX)
-            or (not create_time and not header.is_log_append_time)):
-        # the common case: only check that the records decompress (a batch stored in another
-        # codec is decoded whole by ``stored_codec``, which checks it then)
-        if header.compression and config.codec_for(header.compression)[0] == header.compression:
-            try:
-                records = records_section(header, batch)
-            except CorruptRecordError as exc:
-                raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: {exc}") from None
-            _check_room(header, len(records))
-        return
-    if not create_time and header.is_log_append_time:
-        raise AppendError(Errors.INVALID_TIMESTAMP, "Invalid timestamp type in message. "
-                                                    "Producer should not set timestamp type to LogAppendTime.")
-    errors: list[tuple[int, str, bool]] = []  # (batch index, message, is a timestamp error)
-
-    def check_timestamp(index: int, offset: int, timestamp: int) -> None:
-        if create_time and timestamp != NO_TIMESTAMP and not low <= timestamp <= high:
-            errors.append((index, (f"Timestamp {timestamp} of message with offset {offset} is out of range. "
-                                  f"The timestamp should be within [{low}, {high}]"), True))
-
-    try:
-        section = records_section(header, batch)
-    except CorruptRecordError as exc:
-        raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: {exc}") from None
-    try:
-        for index, (offset_delta, timestamp, has_key) in enumerate(scan_records(header, section)):
-            if config.compact and not has_key:  # Kafka reports one error per record, the key's first
-                errors.append((index, (f"Compacted topic cannot accept message without key in topic partition "
-                                       f"{name}."), False))
-            else:
-                check_timestamp(index, offset_delta, timestamp)
-    except InvalidRecordError as exc:
-        raise AppendError(Errors.INVALID_RECORD, str(exc)) from None
-    if not errors:
-        return
-    record_errors = [{"batch_index": i, "batch_index_error_message": m} for i, m, _ in errors]
-    if any(is_timestamp for _, _, is_timestamp in errors):
-        raise AppendError(Errors.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid timestamp",
-                          record_errors)
-    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m, _ in errors[:3])
-    raise AppendError(Errors.INVALID_RECORD, f"One or more records have been rejected due to {len(errors)} record "
-                                             f"errors in total, and only showing the first three errors at most: "
-                                             f"[{shown}]", record_errors)

@@ -1,0 +1,206 @@
+"""What a partition checks in a producer's batches before it appends them (Kafka's LogValidator).
+
+How this works: ``validate_append`` takes a partition's batches of one produce op through four
+steps, in Kafka's order, and raises ``AppendError`` with the Kafka error to answer at the first
+refusal. ``validate_client_batch`` reads the 61-byte header (magic, base offset, size, CRC,
+record count, control and producer fields). ``client_records`` gives the records' bytes,
+decompressing a compressed batch once, within ``DECOMPRESSED_LIMIT`` for the batch and the op's
+``DecompressBudget`` for all of its batches together, and refuses a count its bytes cannot hold.
+``check_records`` applies the topic's per-record rules, walking the records (``scan_records``)
+only when a rule needs them. ``stored_codec`` recompresses a batch into the topic's
+``compression.type`` from the records already decompressed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rafka.protocol.cleaning import recompress_batch
+from rafka.protocol.records import (
+    DECOMPRESSED_LIMIT,
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    BatchHeader,
+    CorruptRecordError,
+    DecompressedTooLarge,
+    InvalidRecordError,
+    records_section,
+    scan_records,
+    validate_batch,
+)
+from rafka.shard.log.config import INT64_MAX, LogConfig
+from rafka.shard.log.errors import Errors
+
+_MAGIC_OFFSET = 16
+MIN_RECORD_SIZE = 7  # a length, attributes, timestamp and offset deltas, null key, null value, no headers
+REQUEST_DECOMPRESSED_LIMIT = 4 * DECOMPRESSED_LIMIT  # what one op's compressed batches decompress to, together
+
+
+class AppendError(Exception):
+    """A batch the broker refuses, with the Kafka error to answer (and, for rules about
+    single records, ``record_errors``: ``[{batch_index, batch_index_error_message}]``)."""
+
+    def __init__(self, error: Errors, message: str, record_errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+        self.record_errors = record_errors or []
+
+
+class DecompressBudget:
+    """The bytes the compressed batches of one produce op (the partitions of a request that one
+    shard owns) may still decompress to. Each batch is held to ``DECOMPRESSED_LIMIT``; without a
+    limit for the op, one small request of 200 batches each expanding to nearly that kept a shard
+    decompressing for seconds, past its liveness deadline, and its other clients waiting."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int = REQUEST_DECOMPRESSED_LIMIT) -> None:
+        self.left = left
+
+
+def validate_append(batches: list[Any], now_ms: int, config: LogConfig, name: str,
+                    budget: DecompressBudget | None = None) -> tuple[list[BatchHeader], list[Any]]:
+    """The headers of ``batches`` and the batches as the log stores them; ``AppendError`` if the
+    partition ``name`` refuses any of them."""
+    headers = [validate_client_batch(batch, config.max_message_bytes, name) for batch in batches]
+    sections = [client_records(header, batch, name, budget) for batch, header in zip(batches, headers, strict=True)]
+    for header, section in zip(headers, sections, strict=True):
+        check_records(header, section, config, now_ms, name)
+    return headers, [stored_codec(header, batch, section, config, name)
+                     for batch, header, section in zip(batches, headers, sections, strict=True)]
+
+
+def validate_client_batch(batch: Any, max_message_bytes: int, name: str = "") -> BatchHeader:
+    """Check one producer batch's header in Kafka's order; raise ``AppendError`` or return it.
+
+    Magic and a base offset other than 0 (INVALID_RECORD), size against ``max.message.bytes`` (MESSAGE_TOO_LARGE),
+    CRC (CORRUPT_MESSAGE), record count / control batch / missing sequence
+    (INVALID_RECORD), transactional without a producer id (INVALID_RECORD).
+    """
+    try:
+        if len(batch) > _MAGIC_OFFSET and batch[_MAGIC_OFFSET] != MAGIC_V2:
+            raise InvalidRecordError(f"record batch magic {batch[_MAGIC_OFFSET]} is not 2")
+        if len(batch) >= 8 and (base_offset := int.from_bytes(batch[:8], "big", signed=True)) != 0:
+            raise InvalidRecordError(f"The baseOffset of the record batch in the append to {name} should be 0, "
+                                     f"but it is {base_offset}")
+        if len(batch) > max_message_bytes:
+            raise AppendError(
+                Errors.MESSAGE_TOO_LARGE,
+                f"The record batch size in the append is {len(batch)} bytes which exceeds the maximum "
+                f"configured value of {max_message_bytes}.",
+            )
+        header = validate_batch(batch)
+    except InvalidRecordError as exc:
+        raise AppendError(Errors.INVALID_RECORD, str(exc)) from None
+    except CorruptRecordError as exc:
+        raise AppendError(Errors.CORRUPT_MESSAGE, str(exc)) from None
+    if header.records_count <= 0 or header.records_count != header.last_offset_delta + 1:
+        raise AppendError(Errors.INVALID_RECORD, "Inconsistent batch offset range and count of records")
+    if header.is_control:
+        raise AppendError(Errors.INVALID_RECORD, "Clients are not allowed to write control records")
+    if header.has_producer_id and header.base_sequence < 0:
+        raise AppendError(Errors.INVALID_RECORD, f"Invalid sequence number {header.base_sequence}")
+    if header.is_transactional and not header.has_producer_id:
+        raise AppendError(Errors.INVALID_RECORD, "A transactional batch needs a producer id")
+    return header
+
+
+def client_records(header: BatchHeader, batch: Any, name: str, budget: DecompressBudget | None = None) -> memoryview:
+    """The bytes of a batch's records, decompressed, so garbage that a CRC covers never reaches a
+    consumer (CORRUPT_MESSAGE if they do not decompress, or past the batch's or the op's limit).
+
+    A batch whose records cannot hold the count its header declares is refused, as Kafka's record
+    iterator refuses it. Checked from the size alone: the records are not walked unless a rule
+    needs them, so a count that lies by a few records within the bytes goes unnoticed there; one
+    that would move the log end offset far (2^31 - 1 records in a few bytes) does not."""
+    if not header.compression:
+        section = records_section(header, batch)
+    else:
+        limit = DECOMPRESSED_LIMIT if budget is None else min(DECOMPRESSED_LIMIT, budget.left)
+        try:
+            section = records_section(header, batch, limit)
+        except DecompressedTooLarge as exc:
+            if limit == DECOMPRESSED_LIMIT:
+                raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: {exc}") from None
+            raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: the compressed batches of this request "
+                                                      f"decompress to more than {REQUEST_DECOMPRESSED_LIMIT} bytes "
+                                                      f"together") from None
+        except CorruptRecordError as exc:
+            raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: {exc}") from None
+        if budget is not None:
+            budget.left -= len(section)
+    if header.records_count > len(section) // MIN_RECORD_SIZE:
+        raise AppendError(Errors.INVALID_RECORD, "Incorrect declared batch size, premature EOF reached")
+    return section
+
+
+def stored_codec(header: BatchHeader, batch: Any, section: memoryview, config: LogConfig, name: str) -> Any:
+    """``batch`` in the codec the topic stores (``compression.type``; Kafka's LogValidator
+    recompresses a batch in another codec) from its records ``section``, checked again against
+    ``max.message.bytes``."""
+    codec, level = config.codec_for(header.compression)
+    if codec == header.compression:
+        return batch
+    try:
+        batch = recompress_batch(header, batch, codec, level, section)
+    except InvalidRecordError as exc:
+        raise AppendError(Errors.INVALID_RECORD, str(exc)) from None
+    except (ValueError, IndexError) as exc:  # CorruptRecordError is a ValueError
+        raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name} does not decode: {exc}") from None
+    if len(batch) > config.max_message_bytes:
+        raise AppendError(Errors.MESSAGE_TOO_LARGE, f"Message batch size is {len(batch)} bytes in append to partition "
+                                                    f"{name} which exceeds the maximum configured size of "
+                                                    f"{config.max_message_bytes}.")
+    return batch
+
+
+def check_records(header: BatchHeader, section: memoryview, config: LogConfig, now_ms: int, name: str) -> None:
+    """The topic config's rules for the records (``section``) of one batch; raise ``AppendError``
+    listing every record that breaks one.
+
+    A compacted topic's records need keys (INVALID_RECORD). With CreateTime, each
+    timestamp must lie in [now - ``message.timestamp.before.max.ms``, now +
+    ``message.timestamp.after.max.ms``] (INVALID_TIMESTAMP); a LogAppendTime topic
+    refuses batches that already claim LogAppendTime. The records are walked only when
+    a rule needs them: with the default configs, when the header's max timestamp is
+    out of the window. Records that do not parse, or fewer or more of them than the header
+    counts, are INVALID_RECORD, as Kafka's record iterator answers (a producer does not retry
+    it, as it would CORRUPT_MESSAGE).
+    """
+    create_time = not config.log_append_time
+    low = now_ms - config.message_timestamp_before_max_ms
+    high = now_ms + config.message_timestamp_after_max_ms
+    if not config.compact and (
+            (create_time and header.max_timestamp <= high and config.message_timestamp_before_max_ms == INT64_MAX)
+            or (not create_time and not header.is_log_append_time)):
+        return  # the common case: no rule needs the records
+    if not create_time and header.is_log_append_time:
+        raise AppendError(Errors.INVALID_TIMESTAMP, "Invalid timestamp type in message. "
+                                                    "Producer should not set timestamp type to LogAppendTime.")
+    errors: list[tuple[int, str, bool]] = []  # (batch index, message, is a timestamp error)
+
+    def check_timestamp(index: int, offset: int, timestamp: int) -> None:
+        if create_time and timestamp != NO_TIMESTAMP and not low <= timestamp <= high:
+            errors.append((index, (f"Timestamp {timestamp} of message with offset {offset} is out of range. "
+                                  f"The timestamp should be within [{low}, {high}]"), True))
+
+    try:
+        for index, (offset_delta, timestamp, has_key) in enumerate(scan_records(header, section)):
+            if config.compact and not has_key:  # Kafka reports one error per record, the key's first
+                errors.append((index, (f"Compacted topic cannot accept message without key in topic partition "
+                                       f"{name}."), False))
+            else:
+                check_timestamp(index, offset_delta, timestamp)
+    except InvalidRecordError as exc:
+        raise AppendError(Errors.INVALID_RECORD, str(exc)) from None
+    if not errors:
+        return
+    record_errors = [{"batch_index": i, "batch_index_error_message": m} for i, m, _ in errors]
+    if any(is_timestamp for _, _, is_timestamp in errors):
+        raise AppendError(Errors.INVALID_TIMESTAMP, "One or more records have been rejected due to invalid timestamp",
+                          record_errors)
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m, _ in errors[:3])
+    raise AppendError(Errors.INVALID_RECORD, f"One or more records have been rejected due to {len(errors)} record "
+                                             f"errors in total, and only showing the first three errors at most: "
+                                             f"[{shown}]", record_errors)
+
