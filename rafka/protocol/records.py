@@ -254,6 +254,12 @@ def _zigzag_varint(value: int, out: bytearray) -> None:
 
 
 def _read_varint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
+    if pos + 1 < len(buf):  # one or two bytes (most lengths and deltas) without the loop
+        if (byte := buf[pos]) < 0x80:
+            return (byte >> 1) ^ -(byte & 1), pos + 1
+        if (second := buf[pos + 1]) < 0x80:
+            result = (byte & 0x7F) | (second << 7)
+            return (result >> 1) ^ -(result & 1), pos + 2
     shift = result = 0
     while True:
         if pos >= len(buf) or shift > 63:
@@ -482,24 +488,27 @@ def scan_records(header: BatchHeader, records: memoryview | bytes) -> Iterator[t
             ts_delta, pos = read(data, start + 1)  # after the attributes
             offset_delta, pos = read(data, pos)
             key_size, pos = read(data, pos)
-            value_size, pos = read(data, pos + max(key_size, 0))
-            count, pos = read(data, pos + max(value_size, 0))
-            if count < 0:
-                raise InvalidRecordError(f"Found invalid number of record headers {count}")
-            if count > end - pos:
-                raise InvalidRecordError(f"Found invalid number of record headers. {count} is larger than the "
-                                         f"remaining size of the buffer")
-            for _ in range(count):
-                field_size, pos = read(data, pos)
-                if field_size < 0:
-                    raise InvalidRecordError(f"Invalid negative header key size {field_size}")
-                field_size, pos = read(data, pos + field_size)
-                pos += max(field_size, 0)
+            pos += max(key_size, 0)
+            value_size, pos = read(data, pos)
+            pos += max(value_size, 0)
+            count, pos = read(data, pos)
+            if count:
+                if count < 0:
+                    raise InvalidRecordError(f"Found invalid number of record headers {count}")
+                if count > end - pos:
+                    raise InvalidRecordError(f"Found invalid number of record headers. {count} is larger than the "
+                                             f"remaining size of the buffer")
+                for _ in range(count):
+                    field_size, pos = read(data, pos)
+                    if field_size < 0:
+                        raise InvalidRecordError(f"Invalid negative header key size {field_size}")
+                    field_size, pos = read(data, pos + field_size)
+                    pos += max(field_size, 0)
             if pos != end:
                 raise InvalidRecordError(f"Invalid record size: expected to read {length} bytes in record payload, "
                                          f"but instead read {pos - start}")
             yield offset_delta, header.base_timestamp + ts_delta, key_size >= 0
-    except CorruptRecordError:  # a varint past the end of the data
+    except (CorruptRecordError, IndexError):  # a field past the end of the data
         raise InvalidRecordError("Found invalid record structure") from None
     if pos != size:
         raise InvalidRecordError("Incorrect declared batch size, records still remaining in file")
