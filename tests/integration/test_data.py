@@ -246,6 +246,23 @@ def test_list_offsets_and_delete_records(rafka: Rafka) -> None:
     assert offset(OffsetSpec.earliest()) == 4
 
 
+def test_delete_records_naming_a_partition_twice_acts_and_answers_once(rafka: Rafka) -> None:
+    """Kafka reads a DeleteRecords into a map by partition: the last offset given wins and each
+    partition is answered once, under one entry for its topic."""
+    topic = _name("t")
+    create_topic(rafka.bootstrap, topic, 2)
+    p = Producer({"bootstrap.servers": rafka.bootstrap, "linger.ms": 0})
+    for i in range(10):
+        p.produce(topic, value=b"v", partition=i % 2)
+    assert p.flush(10) == 0
+    with RawClient("127.0.0.1", rafka.port) as c:
+        resp = c.request(21, 2, {"topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "offset": 2}, {"partition_index": 1, "offset": 1}]},
+            {"name": topic, "partitions": [{"partition_index": 0, "offset": 3}]}], "timeout_ms": 5000})
+    assert [(t["name"], [(q["partition_index"], q["low_watermark"], q["error_code"]) for q in t["partitions"]])
+            for t in resp["topics"]] == [(topic, [(0, 3, 0), (1, 1, 0)])]
+
+
 def test_topic_admin(rafka: Rafka) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 

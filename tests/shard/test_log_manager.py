@@ -198,9 +198,9 @@ def test_what_exceeds_the_budget_is_named() -> None:
 
     sent = build_batch([SimpleRecord(None, bytes(4096), 1000)], compression=CompressionType.LZ4)
     plan = PartitionLog().prepare_append([sent], 0, None, "t-0", DecompressBudget(4000))
-    assert (plan.error, plan.message) == (Errors.CORRUPT_MESSAGE, "Record batch of t-0: the compressed batches of "
-                                                                  "this request decompress to more than 268435456 "
-                                                                  "bytes together")
+    assert plan.error == Errors.CORRUPT_MESSAGE
+    assert plan.message == ("Record batch of t-0: the compressed batches of this request decompress to more than "
+                            "268435456 bytes together")
     budget = DecompressBudget(5000)
     assert PartitionLog().prepare_append([sent], 0, None, "t-0", budget).error == Errors.NONE
     assert 0 < budget.left < 1000

@@ -147,14 +147,15 @@ def _transactional(records: bytes) -> bool:
     return bool(_attributes(records) & 0x10)
 
 
-def _last_per_partition(topic_data: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``topic_data`` with each partition once, its last entry winning, as Kafka reads a
-    Produce into a map (a partition named twice is written once and answered once)."""
+def _last_per_partition(topics: list[dict[str, Any]], partitions: str = "partition_data",
+                        index: str = "index") -> list[dict[str, Any]]:
+    """``topics`` with each partition once, its last entry winning, as Kafka reads a Produce or a
+    DeleteRecords into a map (a partition named twice is acted on once and answered once)."""
     merged: dict[str, dict[int, dict[str, Any]]] = {}
-    for t in topic_data:
-        for p in t["partition_data"]:
-            merged.setdefault(t["name"], {})[p["index"]] = p
-    return [{"name": name, "partition_data": list(ps.values())} for name, ps in merged.items()]
+    for t in topics:
+        for p in t[partitions]:
+            merged.setdefault(t["name"], {})[p[index]] = p
+    return [{"name": name, partitions: list(ps.values())} for name, ps in merged.items()]
 
 
 @api(0, 3, 11, "data.produce")
@@ -496,6 +497,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, req: dict[str, Any]) -> d
 
 @api(21, 0, 2, "data.delete-records")
 async def delete_records(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    req = {**req, "topics": _last_per_partition(req["topics"], "partitions", "partition_index")}
     infos, missing = await _topics(ctx, [t["name"] for t in req["topics"]], False)
     parts = [{"topic": t["name"], "partition": p["partition_index"], "offset": p["offset"],
               **_incarnation(infos[t["name"]]), **_configs(infos[t["name"]])}  # type: ignore[arg-type]
