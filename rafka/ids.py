@@ -15,6 +15,7 @@ import hashlib
 
 DEFAULT_ORG = "default"
 DEFAULT_COORDINATOR_PARTITIONS = 64
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})  # Kafka's Topic
 PRODUCER_IDS_KEY = "\0producer-ids"  # the coordinator key an org's idempotent producer ids are allocated under
 
 

@@ -109,7 +109,10 @@ def add_admin_parsers(sub: Any) -> None:
     to.add_argument("--to-datetime", metavar="ISO",
                     help="the first record at or after this time, e.g. 2026-01-31T12:00:00Z (no zone: local time)")
     to.add_argument("--shift-by", type=int, metavar="N", help="the committed offset plus N (N may be negative)")
-    p.add_argument("--dry-run", action="store_true", help="show the new offsets, change nothing")
+    run = p.add_mutually_exclusive_group()
+    run.add_argument("--execute", action="store_true", help="commit the new offsets (without it, as with "
+                                                             "Kafka's kafka-consumer-groups, they are only shown)")
+    run.add_argument("--dry-run", action="store_true", help="show the new offsets, change nothing (the default)")
 
     p = _leaf(gsub, "delete", group_delete, "delete a group with no members, and its offsets", common)
     p.add_argument("group")
@@ -122,7 +125,9 @@ def add_admin_parsers(sub: Any) -> None:
     p.add_argument("topic")
     p.add_argument("--partitions", type=int, required=True, metavar="N")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="a topic config; repeatable")
-    _leaf(tsub, "list", topic_list, "list topics", common)
+    p = _leaf(tsub, "list", topic_list, "list topics", common)
+    p.add_argument("--exclude-internal", action="store_true",
+                   help="leave out Kafka's internal topics (__consumer_offsets, __transaction_state)")
     p = _leaf(tsub, "describe", topic_describe, "a topic's partitions, offsets and configs", common)
     p.add_argument("topic")
     p = _leaf(tsub, "delete", topic_delete, "delete a topic and its data", common)
@@ -392,7 +397,7 @@ def group_reset_offsets(ctx: Context) -> int:
     latest = cluster.list_offsets({k: LATEST for k in keys})
     by_time = cluster.list_offsets({k: int(arg) for k in keys}) if mode == "datetime" else None  # type: ignore[arg-type]
     plan = plan_offsets(mode, arg, keys, committed, earliest, latest, by_time)
-    if not ns.dry_run:
+    if ns.execute:
         items = list(plan.items())
         with output.Progress(len(items), f"resetting offsets of {group_id}", ctx.err) as progress:
             for i in range(0, len(items), RESET_CHUNK):
@@ -401,12 +406,15 @@ def group_reset_offsets(ctx: Context) -> int:
                 progress.advance(len(chunk))
     rows = [{"topic": t, "partition": p, "previous_offset": committed.get((t, p)), "new_offset": o}
             for (t, p), o in plan.items()]
-    data = {"group_id": group_id, "dry_run": bool(ns.dry_run), "partitions": rows}
+    data = {"group_id": group_id, "dry_run": not ns.execute, "partitions": rows}
     ctx.emit(data, lambda x: output.table(["topic", "partition", "previous-offset", "new-offset"],
                                           [[r["topic"], r["partition"], r["previous_offset"], r["new_offset"]]
                                            for r in x["partitions"]]))
     if ns.dry_run:
         ctx.note("dry run: no offsets were changed")
+    elif not ns.execute:
+        ctx.note("no offsets were changed: add --execute to commit them (--dry-run to only show them, "
+                 "without this note)")
     return EXIT_OK
 
 
@@ -441,7 +449,8 @@ def topic_create(ctx: Context) -> int:
 
 
 def topic_list(ctx: Context) -> int:
-    topics = [{"topic": name, "partitions": n} for name, n in ctx.cluster.list_topics().items()]
+    topics = [{"topic": name, "partitions": n}
+              for name, n in ctx.cluster.list_topics(ctx.ns.exclude_internal).items()]
     ctx.emit(topics, lambda ts: output.table(["topic", "partitions"], [[t["topic"], t["partitions"]] for t in ts]))
     return EXIT_OK
 

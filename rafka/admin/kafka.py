@@ -8,13 +8,14 @@ tests never touch client objects, and turns client failures into ``AdminError``:
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import logging
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from rafka.admin.errors import KafkaFailure, NotFound
+from rafka.ids import INTERNAL_TOPICS
 
 STATE_NAMES = {"UNKNOWN": "Unknown", "PREPARING_REBALANCING": "PreparingRebalance",
                "COMPLETING_REBALANCING": "CompletingRebalance", "STABLE": "Stable", "DEAD": "Dead",
@@ -76,14 +77,15 @@ def _error(exc: BaseException, what: str) -> Exception:
 
 
 def _uuid(value: Any) -> str | None:
-    """A client Uuid in the canonical form rafka uses (None for none or the zero id)."""
+    """A client Uuid as Kafka's tools print it (``Uuid.toString``: 22 characters of URL-safe
+    base64, no padding), or None for none or the zero id."""
     if value is None:
         return None
     try:
         bits = ((value.get_most_significant_bits() % 2**64) << 64) | (value.get_least_significant_bits() % 2**64)
     except AttributeError:
         return str(value)
-    return str(uuid.UUID(int=bits)) if bits else None
+    return base64.urlsafe_b64encode(bits.to_bytes(16, "big")).rstrip(b"=").decode() if bits else None
 
 
 class _LastProblem(logging.Handler):
@@ -220,14 +222,15 @@ class Cluster:
         fut = self.admin.delete_topics([name], request_timeout=self.timeout, operation_timeout=self.timeout)[name]
         self._wait(fut, f"delete topic {name}")
 
-    def list_topics(self) -> dict[str, int]:
-        """Partition count by topic name (internal topics left out)."""
+    def list_topics(self, exclude_internal: bool = False) -> dict[str, int]:
+        """Partition count by topic name; Kafka's internal topics too unless ``exclude_internal``
+        (as ``kafka-topics --list --exclude-internal``)."""
         try:
             md = self.admin.list_topics(timeout=self.timeout)
         except Exception as exc:
             raise _error(exc, "list topics") from None
         return {name: len(t.partitions) for name, t in sorted(md.topics.items())
-                if not name.startswith("__") and t.error is None}
+                if t.error is None and not (exclude_internal and name in INTERNAL_TOPICS)}
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         """``{topic, topic_id, partitions: [{partition, leader, replicas}], configs: [...]}``."""

@@ -85,6 +85,7 @@ def invoke(argv: list[str], cluster: FakeCluster | None = None, rest: dict[str, 
     ["group", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"],
     ["group", "reset-offsets", "g", "--topic", "t", "--all-topics", "--to-earliest"],
     ["group", "reset-offsets", "g", "--topic", "t", "--to-offset", "x"],
+    ["group", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--dry-run", "--execute"],
     ["topic", "create", "t"], ["topic", "frobnicate"],
 ])
 def test_bad_arguments_exit_2(argv: list[str]) -> None:
@@ -252,7 +253,7 @@ def test_plan_offsets_keeps_offsets_within_the_log() -> None:
 
 def test_reset_is_refused_while_the_group_has_members() -> None:
     cluster = FakeCluster()
-    code, out, err = invoke(["group", "reset-offsets", "orders", "--topic", "t", "--to-earliest"], cluster)
+    code, out, err = invoke(["group", "reset-offsets", "orders", "--topic", "t", "--to-earliest", "--execute"], cluster)
     assert code == EXIT_KAFKA and out == "" and "stop its consumers first" in err
     assert cluster.altered == []
 
@@ -267,10 +268,19 @@ def test_reset_dry_run_changes_nothing() -> None:
         {"topic": "t", "partition": 2, "previous_offset": 9, "new_offset": 20}]}
 
 
+def test_reset_without_execute_only_shows_the_plan() -> None:
+    """As Kafka's kafka-consumer-groups: a reset without --execute changes nothing and says so."""
+    cluster = FakeCluster()
+    code, out, err = invoke(["group", "reset-offsets", "idle", "--topic", "t:0", "--to-latest", "--json"], cluster)
+    assert code == 0 and cluster.altered == [] and "add --execute to commit them" in err
+    assert json.loads(out)["dry_run"] is True
+
+
 def test_reset_commits_in_chunks_with_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(commands, "RESET_CHUNK", 2)
     cluster = FakeCluster()
-    code, out, err = invoke(["group", "reset-offsets", "idle", "--topic", "t", "--to-offset", "3"], cluster, tty=True)
+    code, out, err = invoke(["group", "reset-offsets", "idle", "--topic", "t", "--to-offset", "3", "--execute"], cluster,
+                             tty=True)
     assert code == 0
     assert cluster.altered == [{("t", 0): 3, ("t", 1): 3}, {("t", 2): 3}]
     assert [line.split() for line in out.splitlines()] == [["TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"],
@@ -281,7 +291,8 @@ def test_reset_commits_in_chunks_with_progress(monkeypatch: pytest.MonkeyPatch) 
 
 def test_reset_all_topics_and_shift() -> None:
     cluster = FakeCluster()
-    code, _out, _ = invoke(["group", "reset-offsets", "idle", "--all-topics", "--shift-by", "-1", "--json"], cluster)
+    code, _out, _ = invoke(["group", "reset-offsets", "idle", "--all-topics", "--shift-by", "-1", "--json", "--execute"],
+                           cluster)
     assert code == 0 and cluster.altered == [{("t", 0): 3, ("t", 2): 8}]
     code, _, err = invoke(["group", "reset-offsets", "idle", "--topic", "t", "--shift-by", "1"], cluster)
     assert code == EXIT_KAFKA and "no committed offset" in err  # t[1] was never committed
@@ -296,7 +307,7 @@ def test_reset_of_unknown_topic_or_partition() -> None:
 def test_reset_to_datetime() -> None:
     cluster = FakeCluster()
     code, _out, _ = invoke(["group", "reset-offsets", "new-group", "--topic", "t:0", "--to-datetime",
-                           "1970-01-01T00:00:00.001Z", "--json"], cluster)
+                           "1970-01-01T00:00:00.001Z", "--json", "--execute"], cluster)
     assert code == 0 and cluster.altered == [{("t", 0): 3}]  # the fake finds log start + 1 for small timestamps
 
 
@@ -312,7 +323,7 @@ def test_group_delete() -> None:
 # -- topics -----------------------------------------------------------------
 
 class TopicCluster(FakeCluster):
-    def list_topics(self) -> dict[str, int]:
+    def list_topics(self, exclude_internal: bool = False) -> dict[str, int]:
         return {"a": 1, "events": 12}
 
     def describe_topic(self, name: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@ REST admin API on its metrics port, checked against what Kafka clients see."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from tests.integration.clients import Member, create_topic, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import ROOT, Rafka, free_port
+from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.integration
 
@@ -70,13 +73,26 @@ def test_topic_commands(rafka: Rafka) -> None:
     assert listed.returncode == 0 and listed.stdout.splitlines()[0].split() == ["TOPIC", "PARTITIONS"]
     assert [topic, "3"] in [line.split() for line in listed.stdout.splitlines()]
     assert {"topic": topic, "partitions": 3} in ok_json(rafka, "topic", "list")
+    # as kafka-topics --list: names starting "__" are listed; --exclude-internal leaves out Kafka's internal ones
+    heartbeats = "__" + _name("heartbeat")
+    assert cli(rafka, "topic", "create", heartbeats, "--partitions", "1").returncode == 0
+    AdminClient({"bootstrap.servers": rafka.bootstrap}).list_topics("__consumer_offsets", timeout=10)  # auto-created
+    listed_all = {t["topic"] for t in ok_json(rafka, "topic", "list")}
+    listed_user = {t["topic"] for t in ok_json(rafka, "topic", "list", "--exclude-internal")}
+    assert {heartbeats, "__consumer_offsets"} <= listed_all
+    assert heartbeats in listed_user and "__consumer_offsets" not in listed_user
 
     produce(rafka, topic, 2, 3)
     d = ok_json(rafka, "topic", "describe", topic)
     assert [(p["partition"], p["earliest_offset"], p["latest_offset"]) for p in d["partitions"]] == [
         (0, 0, 2), (1, 0, 2), (2, 0, 2)]
     assert {"name": "retention.ms", "value": "3600000", "is_default": False, "read_only": False} in d["configs"]
-    assert len(d["topic_id"]) == 36
+    # as kafka-topics --describe prints a TopicId: Kafka's Uuid.toString, URL-safe base64 without padding
+    with RawClient("127.0.0.1", rafka.port) as c:
+        meta = c.request(3, 12, {"topics": [{"name": topic, "topic_id": uuid.UUID(int=0)}],
+                                 "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+    wire_id = meta["topics"][0]["topic_id"]
+    assert d["topic_id"] == base64.urlsafe_b64encode(wire_id.bytes).rstrip(b"=").decode() and len(d["topic_id"]) == 22
     table = cli(rafka, "topic", "describe", topic).stdout.splitlines()
     assert table[0].split() == ["TOPIC", topic] and table[2].split() == ["PARTITIONS", "3"]
     assert ["retention.ms", "3600000", "topic"] in [line.split() for line in table]
@@ -145,7 +161,7 @@ def test_describe_list_and_lag_agree_with_kafka_and_rest(rafka: Rafka) -> None:
         assert lag_table[2].split() == ["TOTAL", "LAG", "2"]
         assert lag_table[5].split()[:5] == [topic, "0", "3", "5", "2"]
 
-        busy = cli(rafka, "group", "reset-offsets", group, "--topic", topic, "--to-earliest")
+        busy = cli(rafka, "group", "reset-offsets", group, "--topic", topic, "--to-earliest", "--execute")
         assert busy.returncode == 1 and "stop its consumers first" in busy.stderr
         assert cli(rafka, "group", "delete", group).returncode == 1  # NON_EMPTY_GROUP
     finally:
@@ -159,7 +175,7 @@ def test_reset_offsets_then_delete(rafka: Rafka) -> None:
     create_topic(rafka.bootstrap, topic, 2)
     produce(rafka, topic, 6, 2)
     # a group that only has committed offsets (Empty, no members): what reset-offsets works on
-    out = cli(rafka, "group", "reset-offsets", group, "--topic", topic, "--to-offset", "4")
+    out = cli(rafka, "group", "reset-offsets", group, "--topic", topic, "--to-offset", "4", "--execute")
     assert out.returncode == 0, out.stderr
     assert [line.split() for line in out.stdout.splitlines()] == [
         ["TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"], [topic, "0", "-", "4"], [topic, "1", "-", "4"]]
@@ -170,15 +186,19 @@ def test_reset_offsets_then_delete(rafka: Rafka) -> None:
     assert dry["dry_run"] and [r["new_offset"] for r in dry["partitions"]] == [0, 0]
     assert lag(rafka, group) == {0: (4, 6, 2), 1: (4, 6, 2)}  # unchanged
 
-    ok_json(rafka, "group", "reset-offsets", group, "--topic", f"{topic}:1", "--shift-by", "-3")
+    ok_json(rafka, "group", "reset-offsets", group, "--topic", f"{topic}:1", "--shift-by", "-3", "--execute")
     assert lag(rafka, group) == {0: (4, 6, 2), 1: (1, 6, 5)}
-    ok_json(rafka, "group", "reset-offsets", group, "--topic", f"{topic}:0", "--to-offset", "99")  # kept in the log
+    ok_json(rafka, "group", "reset-offsets", group, "--topic", f"{topic}:0", "--to-offset", "99",
+            "--execute")  # kept in the log
     assert lag(rafka, group)[0] == (6, 6, 0)
-    ok_json(rafka, "group", "reset-offsets", group, "--topic", topic, "--to-datetime", "2000-01-01T00:00:00Z")
+    ok_json(rafka, "group", "reset-offsets", group, "--topic", topic, "--to-datetime", "2000-01-01T00:00:00Z", "--execute")
     assert lag(rafka, group) == {0: (0, 6, 6), 1: (0, 6, 6)}
-    ok_json(rafka, "group", "reset-offsets", group, "--all-topics", "--to-datetime", "2999-01-01T00:00:00+00:00")
+    ok_json(rafka, "group", "reset-offsets", group, "--all-topics", "--to-datetime", "2999-01-01T00:00:00+00:00",
+            "--execute")
     assert lag(rafka, group) == {0: (6, 6, 0), 1: (6, 6, 0)}  # nothing that late: the log end
-    ok_json(rafka, "group", "reset-offsets", group, "--all-topics", "--to-earliest")
+    plan = ok_json(rafka, "group", "reset-offsets", group, "--all-topics", "--to-earliest")  # no --execute: a plan
+    assert plan["dry_run"] and lag(rafka, group) == {0: (6, 6, 0), 1: (6, 6, 0)}
+    ok_json(rafka, "group", "reset-offsets", group, "--all-topics", "--to-earliest", "--execute")
     assert lag(rafka, group) == {0: (0, 6, 6), 1: (0, 6, 6)}
 
     watch = cli(rafka, "group", "lag", group, "--watch", "--interval", "0.2", "--count", "2", "--json")

@@ -40,7 +40,7 @@ from typing import Any
 from rafka import ids
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers.errors import Err, partition_error
-from rafka.gateway.handlers.topics import INTERNAL_TOPICS, topic_cache
+from rafka.gateway.handlers.topics import topic_cache
 from rafka.gateway.router import ShardUnavailable
 from rafka.gateway.server import CLOSE_INSTEAD
 from rafka.protocol.records import (
@@ -185,7 +185,7 @@ async def produce(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | 
             if info is None or not 0 <= p["index"] < info["partitions"]:
                 errors[key] = Err.UNKNOWN_TOPIC_OR_PARTITION if info else missing
                 continue
-            if t["name"] in INTERNAL_TOPICS:  # Kafka: "Cannot append to internal topic"
+            if t["name"] in ids.INTERNAL_TOPICS:  # Kafka: "Cannot append to internal topic"
                 errors[key] = Err.INVALID_TOPIC_EXCEPTION
                 continue
             records = p.get("records") or b""

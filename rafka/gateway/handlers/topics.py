@@ -24,6 +24,7 @@ from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.errors import Err, shard_down_error
 from rafka.gateway.handlers.kafka import CLUSTER_ID, broker
 from rafka.gateway.router import ShardUnavailable
+from rafka.ids import INTERNAL_TOPICS
 from rafka.logs import Throttled
 from rafka.protocol.records import LEADER_EPOCH
 from rafka.rail import Op
@@ -40,7 +41,6 @@ def group_call(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, An
 
 
 # Kafka's internal topics (Topic.isInternal): marked so in Metadata; clients cannot produce to them
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def catalog_call(ctx: RequestContext, op: Op, payload: dict[str, Any]) -> asyncio.Future[Any]:
