@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rafka import ids
+
 
 @dataclasses.dataclass
 class Config:
@@ -20,6 +22,7 @@ class Config:
     advertised_host: str | None = None
     advertised_port: int | None = None
     node_id: int = 0
+    cluster_id: str | None = None  # Kafka's 22-character id; default: the data directory's, made on first start
     shards: int = os.cpu_count() or 1
     data_dir: str = "./rafka-data"
     in_memory: bool = False
@@ -161,6 +164,9 @@ def problems(cfg: Config) -> list[str]:
         found.append(f"--idle-poll-us must be 0 or more, not {cfg.idle_poll_us}")
     if cfg.fsync not in ("always", "batch", "never"):
         found.append(f"--fsync must be always, batch or never, not {cfg.fsync!r}")
+    if cfg.cluster_id is not None and not ids.is_cluster_id(cfg.cluster_id):
+        found.append(f"--cluster-id must be a Kafka Uuid, 22 characters of URL-safe base64 (as kafka-storage "
+                     f"random-uuid prints), not {cfg.cluster_id!r}")
     return found
 
 

@@ -14,7 +14,8 @@ would find no topics and few groups where they are, and its first writes would b
 It is refused instead; of processes starting together on a new directory, the first one
 to link the file into place records its count. A directory written before the file existed
 is refused when it has streams of a partition the count does not reach, and otherwise takes
-the count it is opened with.
+the count it is opened with. ``cluster.id`` holds the cluster id clients see, made the same
+way on first start.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ import json
 import os
 from pathlib import Path
 
+from rafka import ids
+
 LAYOUT_FILE = "layout.json"
+CLUSTER_ID_FILE = "cluster.id"
 
 
 class DataDirError(Exception):
@@ -67,7 +71,7 @@ def check_layout(data_dir: str | Path, coordinator_partitions: int) -> None:
             raise DataDirError(f"{root} holds streams of coordinator partition {max(written)}: it was written with "
                                f"more than --coordinator-partitions {coordinator_partitions} (the default is 64); "
                                f"start with the count it was written with")
-        _record(root, path, coordinator_partitions)
+        _record(root, path, json.dumps({"coordinator_partitions": coordinator_partitions}))
     try:
         recorded = json.loads(path.read_text())["coordinator_partitions"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -79,12 +83,27 @@ def check_layout(data_dir: str | Path, coordinator_partitions: int) -> None:
                            f"with --coordinator-partitions {recorded}")
 
 
-def _record(root: Path, path: Path, coordinator_partitions: int) -> None:
+def cluster_id(data_dir: str | Path) -> str:
+    """The data directory's cluster id (Kafka's ``meta.properties`` ``cluster.id``): made at
+    random and recorded on first use, as ``layout.json`` is, so every later start and every
+    process starting together reads the same one."""
+    root = Path(data_dir)
+    path = root / CLUSTER_ID_FILE
+    if not path.exists():
+        _record(root, path, ids.new_cluster_id())
+    text = path.read_text().strip()
+    if not ids.is_cluster_id(text):
+        raise DataDirError(f"{path} does not hold a cluster id ({text[:40]!r}): restore it or remove it to "
+                           f"start a new one")
+    return text
+
+
+def _record(root: Path, path: Path, text: str) -> None:
     """Write ``path`` durably unless another process has (then leave theirs)."""
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f"{LAYOUT_FILE}.{os.getpid()}.tmp"
+    tmp = root / f"{path.name}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        f.write(json.dumps({"coordinator_partitions": coordinator_partitions}) + "\n")
+        f.write(text + "\n")
         f.flush()
         os.fsync(f.fileno())
     try:

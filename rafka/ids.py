@@ -10,8 +10,10 @@ is owned the same way through ``stable_hash(org_id, topic, str(partition))``.
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
+import uuid
 
 DEFAULT_ORG = "default"
 DEFAULT_COORDINATOR_PARTITIONS = 64
@@ -43,3 +45,25 @@ def log_partition(org_id: str, topic: str, partition: int, partitions: int = DEF
 def shard_for_partition(partition: int, shards: int) -> int:
     """The static map from coordinator partition to shard."""
     return partition % shards
+
+
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka makes one (``Uuid.randomUuid().toString()``: 16 random bytes in
+    22 characters of URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def derived_cluster_id(*parts: str) -> str:
+    """A cluster id that follows from ``parts`` (a gateway's shard endpoints): every gateway of a
+    deployment that has no ``--cluster-id`` and no data directory of its own names the same one."""
+    digest = hashlib.sha256("\0".join(parts).encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def is_cluster_id(text: str) -> bool:
+    """Whether ``text`` is a Kafka Uuid in its printed form."""
+    try:
+        return len(text) == 22 and len(base64.urlsafe_b64decode(text + "==")) == 16
+    except ValueError:
+        return False
+

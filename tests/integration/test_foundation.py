@@ -6,10 +6,13 @@ import asyncio
 import socket
 import struct
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from rafka import ids
 from tests.integration.conftest import Rafka
 from tests.rawclient import RawClient
 
@@ -137,6 +140,40 @@ def test_bad_input_closes_only_that_connection(rafka: Rafka, payload: bytes) -> 
         assert admin.list_topics(timeout=10).brokers
     with RawClient("127.0.0.1", rafka.port) as c:
         assert c.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})["error_code"] == 0
+
+
+def test_the_cluster_id_is_the_data_directory_s_as_kafka_s_is_its_log_dirs(tmp_path: Path) -> None:
+    """Kafka's cluster id is made once per cluster (``kafka-storage format``) and kept in
+    ``meta.properties``: a rafka cluster's is made at random on its first start, kept under its data
+    directory and the same after a restart; two clusters do not share one (every rafka reported
+    ``rafka-cluster``); ``--cluster-id`` names it, and one that is not a Kafka Uuid is refused."""
+    from confluent_kafka.admin import AdminClient
+
+    def cluster_id(broker: Rafka) -> str:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        return admin.describe_cluster(request_timeout=10).result(10).cluster_id
+
+    first = Rafka(tmp_path / "one", shards=1).start()
+    try:
+        seen = cluster_id(first)
+        assert seen == (tmp_path / "one" / "cluster.id").read_text().strip() and ids.is_cluster_id(seen)
+        with RawClient("127.0.0.1", first.port) as c:
+            assert c.request(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                     "include_topic_authorized_operations": False})["cluster_id"] == seen
+    finally:
+        first.stop()
+    again = Rafka(tmp_path / "one", shards=1).start()
+    other = Rafka(tmp_path / "two", shards=1).start()
+    named = Rafka(tmp_path / "three", shards=1, extra=["--cluster-id", "MkU3OEVBNTcwNTJENDM2Qg"]).start()
+    try:
+        assert cluster_id(again) == seen and cluster_id(other) not in (seen, "rafka-cluster")
+        assert cluster_id(named) == "MkU3OEVBNTcwNTJENDM2Qg"
+    finally:
+        for broker in (again, other, named):
+            broker.stop()
+    bad = subprocess.run([sys.executable, "-m", "rafka", "serve", "--cluster-id", "rafka-cluster", "--data-dir",
+                          str(tmp_path / "four")], check=False, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "--cluster-id must be a Kafka Uuid" in bad.stderr
 
 
 def test_processes_are_named_and_a_dead_shard_is_restarted(fresh_rafka: Rafka) -> None:

@@ -127,6 +127,7 @@ def test_each_gateway_names_itself_in_find_coordinator_and_metadata(cluster: Clu
         cluster.wait_ready(port)
     topic = _name("t")
     create_topic(f"127.0.0.1:{a[1]}", topic, 3)
+    cluster_ids = set()
     for node, port, _m in (a, b):
         with RawClient("127.0.0.1", port) as c:
             fc = c.request(10, 4, {"key_type": 0, "coordinator_keys": ["g1", "g2"]})
@@ -138,10 +139,13 @@ def test_each_gateway_names_itself_in_find_coordinator_and_metadata(cluster: Clu
                                    "include_topic_authorized_operations": False})
         assert [(br["node_id"], br["host"], br["port"]) for br in md["brokers"]] == [(node, "127.0.0.1", port)]
         assert md["controller_id"] == node
+        cluster_ids.add(md["cluster_id"])
         [t] = md["topics"]
         assert t["error_code"] == 0  # the topic created through A is in B's catalogue view too
         assert sorted((p["partition_index"], p["leader_id"]) for p in t["partitions"]) == [(0, node), (1, node),
                                                                                           (2, node)]
+    # gateways without --cluster-id name the cluster of the shards they serve alike (one cluster to clients)
+    assert len(cluster_ids) == 1 and ids.is_cluster_id(cluster_ids.pop())
 
 
 def test_one_group_with_members_behind_two_gateways(cluster: Cluster) -> None:

@@ -23,8 +23,6 @@ from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.errors import Err
 
-CLUSTER_ID = "rafka-cluster"
-
 
 def broker(ctx: RequestContext) -> dict[str, Any]:
     gw = ctx.gateway
@@ -90,7 +88,7 @@ async def describe_cluster(ctx: RequestContext, req: dict[str, Any]) -> dict[str
         return {"throttle_time": 0, "error_code": error[0], "error_message": error[1], "endpoint_type": 1,
                 "cluster_id": "", "controller_id": -1, "brokers": [], "cluster_authorized_operations": acl.OMITTED}
     return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
-            "cluster_id": CLUSTER_ID, "controller_id": ctx.gateway.node_id, "brokers": [broker(ctx)],
+            "cluster_id": ctx.gateway.cluster_id, "controller_id": ctx.gateway.node_id, "brokers": [broker(ctx)],
             "cluster_authorized_operations": acl.authorized(req.get("include_cluster_authorized_operations"),
                                                             acl.CLUSTER)}
 

@@ -22,7 +22,7 @@ from typing import Any
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.errors import Err, shard_down_error
-from rafka.gateway.handlers.kafka import CLUSTER_ID, broker
+from rafka.gateway.handlers.kafka import broker
 from rafka.gateway.router import ShardUnavailable
 from rafka.ids import INTERNAL_TOPICS
 from rafka.logs import Throttled
@@ -127,7 +127,7 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
         code = shard_down_error(exc)
         topics = [{"error_code": code, "name": n, "topic_id": uuid.UUID(int=0), "partitions": []}
                   for n in (names or [])]
-    return {"throttle_time": 0, "brokers": [broker(ctx)], "cluster_id": CLUSTER_ID,
+    return {"throttle_time": 0, "brokers": [broker(ctx)], "cluster_id": ctx.gateway.cluster_id,
             "controller_id": ctx.gateway.node_id, "topics": topics,
             "cluster_authorized_operations": acl.authorized(req.get("include_cluster_authorized_operations"),
                                                             acl.CLUSTER)}
