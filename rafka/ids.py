@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import urllib.parse
 import uuid
 
 DEFAULT_ORG = "default"
@@ -66,4 +67,15 @@ def is_cluster_id(text: str) -> bool:
         return len(text) == 22 and len(base64.urlsafe_b64decode(text + "==")) == 16
     except ValueError:
         return False
+
+
+MAX_DIR_NAME = 255  # bytes in one file name on Linux filesystems
+
+
+def dir_name(name: str) -> str:
+    """``name`` (an organisation or a topic) as one directory name: percent-encoded, so no ``/``
+    or byte a filesystem refuses, and ``.`` and ``..`` encoded too, so neither names the directory
+    itself or its parent (``urllib.parse.unquote`` gives the name back)."""
+    quoted = urllib.parse.quote(name, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 

@@ -226,7 +226,7 @@ class Wal:
                 path = self.root / "meta" / f"{key[1]:02d}"
                 seg = self.segment_bytes
             else:
-                org, topic = (urllib.parse.quote(x, safe="") for x in (key[2], key[3]))
+                org, topic = ids.dir_name(key[2]), ids.dir_name(key[3])
                 path = self.root / "logs" / f"{key[1]:02d}" / org / topic / str(key[4])
                 seg = self.segment_bytes
             s = self.streams[key] = Stream(path, seg, data=key[0] == "logs")

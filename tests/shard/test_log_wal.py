@@ -61,6 +61,24 @@ class Shard:
                 [o for o in offsets if o >= log.log_start_offset])
 
 
+@pytest.mark.parametrize("org", [".", "..", "%2E", "a/b", "café & co", "%"])
+def test_an_organisation_named_anything_a_users_file_allows_keeps_its_records_across_a_restart(
+        tmp_path: Path, org: str) -> None:
+    """An organisation's partition logs live under a directory named after it: ``.`` and ``..``
+    named the partition directory itself and its parent, so the records written were not found
+    again after a restart (every acknowledged record lost); each name has its own directory."""
+    shard = Shard(tmp_path / "data")
+    for name in (org, ORG):
+        data = build_batch([SimpleRecord(b"k", name.encode(), 1000)])
+        records, resp = shard.logs.produce(name, {"acks": -1, "partitions": [
+            {"topic": "t", "partition": 0, "records": data, "topic_id": "A"}]}, 1000)
+        assert resp["partitions"][0]["error_code"] == 0
+        shard.apply(records)
+    assert not (tmp_path / "data" / "logs" / "t").exists() and not (tmp_path / "t").exists()
+    after = shard.restart()
+    assert {o: after.logs.log_end_offset(o, "t", 0) for o in (org, ORG)} == {org: 1, ORG: 1}
+
+
 def test_a_restart_after_the_wal_dropped_segments_rebuilds_the_log(tmp_path: Path) -> None:
     shard = Shard(tmp_path)
     shard.produce(0, configs={}, config_version=0)
