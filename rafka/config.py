@@ -44,6 +44,7 @@ class Config:
     max_connections: int = 10_000
     idle_timeout_ms: int = 600_000
     connections_max_reauth_ms: int = 0  # Kafka's connections.max.reauth.ms (KIP-368); 0: sessions never expire
+    sasl_enabled_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"  # Kafka's sasl.enabled.mechanisms
     # groups
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
@@ -154,6 +155,14 @@ POSITIVE = ("shards", "coordinator_partitions", "default_partitions", "log_reten
             "offsets_retention_check_interval_ms", "max_request_bytes", "max_inflight_per_connection")
 
 
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # what the gateway can serve
+
+
+def sasl_mechanisms(cfg: Config) -> list[str]:
+    """The SASL mechanisms ``--sasl-enabled-mechanisms`` names, in its order."""
+    return [m.strip() for m in cfg.sasl_enabled_mechanisms.split(",") if m.strip()]
+
+
 def problems(cfg: Config) -> list[str]:
     """What makes ``cfg`` unusable, as flag-named messages (empty when it is fine)."""
     found = [f"--{name.replace('_', '-')} must be positive, not {getattr(cfg, name)}"
@@ -164,6 +173,10 @@ def problems(cfg: Config) -> list[str]:
         found.append(f"--idle-poll-us must be 0 or more, not {cfg.idle_poll_us}")
     if cfg.fsync not in ("always", "batch", "never"):
         found.append(f"--fsync must be always, batch or never, not {cfg.fsync!r}")
+    mechanisms = sasl_mechanisms(cfg)
+    if not mechanisms or set(mechanisms) - set(SASL_MECHANISMS):
+        found.append(f"--sasl-enabled-mechanisms must list some of {','.join(SASL_MECHANISMS)}, not "
+                     f"{cfg.sasl_enabled_mechanisms!r}")
     if cfg.cluster_id is not None and not ids.is_cluster_id(cfg.cluster_id):
         found.append(f"--cluster-id must be a Kafka Uuid, 22 characters of URL-safe base64 (as kafka-storage "
                      f"random-uuid prints), not {cfg.cluster_id!r}")

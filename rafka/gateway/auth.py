@@ -41,13 +41,14 @@ from typing import Any
 from prometheus_client import Counter
 
 from rafka import ids
+from rafka.config import SASL_MECHANISMS
 
 log = logging.getLogger("rafka.gateway.auth")
 
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
 SCRAM_SHA_512 = "SCRAM-SHA-512"
-MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+MECHANISMS = SASL_MECHANISMS  # every one the gateway can serve (--sasl-enabled-mechanisms picks)
 _SCRAM_HASH = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 _SCRAM_KEY = {"scram_sha_256": SCRAM_SHA_256, "scram_sha_512": SCRAM_SHA_512}
 MIN_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations

@@ -57,6 +57,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from rafka import ids, telemetry
+from rafka.config import sasl_mechanisms
 from rafka.gateway import api as api_mod
 from rafka.gateway import auth
 from rafka.gateway.api import REGISTRY, RequestContext
@@ -145,6 +146,7 @@ class Gateway:
         self.idle_timeout: float = (getattr(config, "idle_timeout_ms", 0) or 0) / 1000
         self.users_path: str | None = getattr(config, "auth_users", None)
         self.users: auth.Users | None = auth.load_users(self.users_path) if self.users_path else None
+        self.sasl_mechanisms = sasl_mechanisms(config)  # offered once --auth-users is given
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._sighup = False

@@ -118,6 +118,26 @@ def test_unsupported_mechanism_and_out_of_order_requests(users_file: Path) -> No
     run(main)
 
 
+def test_only_the_enabled_mechanisms_are_offered(users_file: Path) -> None:
+    """As Kafka's sasl.enabled.mechanisms: a listener can refuse PLAIN, which sends the password
+    itself, and serve SCRAM only."""
+    async def main() -> None:
+        gw = make_gateway(auth_users=str(users_file), sasl_enabled_mechanisms="SCRAM-SHA-512")
+        d = Driver(gw)
+        resp = await d.request(17, 1, {"mechanism": "PLAIN"})
+        assert resp is not None and (resp["error_code"], resp["mechanisms"]) == (33, ["SCRAM-SHA-512"]) and d.closed
+        d = Driver(gw)
+        resp = await d.request(17, 1, {"mechanism": "SCRAM-SHA-512"})
+        assert resp is not None and (resp["error_code"], resp["mechanisms"]) == (0, ["SCRAM-SHA-512"])
+
+    run(main)
+    from rafka.config import Config, problems
+
+    assert problems(Config(sasl_enabled_mechanisms="SCRAM-SHA-512,GSSAPI")) == [
+        "--sasl-enabled-mechanisms must list some of PLAIN,SCRAM-SHA-256,SCRAM-SHA-512, not 'SCRAM-SHA-512,GSSAPI'"]
+    assert problems(Config(sasl_enabled_mechanisms=" , ")) != []
+
+
 def test_sasl_without_auth_configured_is_an_illegal_state() -> None:
     async def main() -> None:
         d = Driver(make_gateway())

@@ -13,8 +13,8 @@ Version notes:
   next request, as Kafka's SocketServer does. A re-authentication must keep the
   mechanism and the principal (and so the organisation), or it fails and the
   connection closes.
-Failure handling follows Kafka's SaslServerAuthenticator: an unsupported
-mechanism is answered UNSUPPORTED_SASL_MECHANISM (33) with the enabled list, and
+Failure handling follows Kafka's SaslServerAuthenticator: a mechanism that
+``--sasl-enabled-mechanisms`` (Kafka's ``sasl.enabled.mechanisms``) leaves out is answered UNSUPPORTED_SASL_MECHANISM (33) with the enabled list, and
 wrong credentials SASL_AUTHENTICATION_FAILED (58) with a message, both after a
 100 ms delay (``connection.failed.authentication.delay.ms``) and then the
 connection is closed. SASL requests out of sequence get ILLEGAL_SASL_STATE (34);
@@ -41,7 +41,7 @@ FAILED_AUTHENTICATION_DELAY = 0.1  # Kafka's connection.failed.authentication.de
 
 
 def _mechanisms(conn: KafkaConnection) -> list[str]:
-    return list(auth.MECHANISMS) if conn.gw.users is not None else []
+    return conn.gw.sasl_mechanisms if conn.gw.users is not None else []
 
 
 @api(17, 0, 1, "sasl.handshake")
