@@ -10,7 +10,7 @@ offset the log assigns and the partition's leader epoch, as Kafka's ``LogValidat
 does (``baseOffset`` and ``partitionLeaderEpoch`` are outside the CRC, so the checksum
 stays valid). A produce decompresses every compressed batch, with a cap on the size it
 decompresses to, and reads its records only when the topic's configs need them
-(see ``check_records`` in the partition log).
+(see ``rafka.shard.log.validator``).
 
 ``build_batch`` and ``iter_records`` encode and decode the records inside a batch,
 with any of Kafka's codecs (cramjam for snappy, lz4 and zstd): tests use them to make
@@ -254,10 +254,10 @@ def _zigzag_varint(value: int, out: bytearray) -> None:
 
 
 def _read_varint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
-    if pos + 1 < len(buf):  # one or two bytes (most lengths and deltas) without the loop
+    if pos < len(buf):  # one or two bytes (most lengths and deltas) without the loop
         if (byte := buf[pos]) < 0x80:
             return (byte >> 1) ^ -(byte & 1), pos + 1
-        if (second := buf[pos + 1]) < 0x80:
+        if pos + 1 < len(buf) and (second := buf[pos + 1]) < 0x80:
             result = (byte & 0x7F) | (second << 7)
             return (result >> 1) ^ -(result & 1), pos + 2
     shift = result = 0

@@ -192,6 +192,49 @@ def test_the_compressed_batches_of_one_op_decompress_within_a_budget(ctx: Ctx) -
                          for i in range(300)))[-1]["error_code"] == Errors.NONE  # small batches: no limit met
 
 
+def test_a_refused_batch_is_charged_what_it_could_have_cost() -> None:
+    """A batch that decompresses past the limit, or not at all, was free: 200 batches each just
+    over 64 MiB cost ~12 s and every one was refused without touching the budget."""
+    from rafka.shard.log.partition import PartitionLog
+    from rafka.shard.log.validator import DecompressBudget
+
+    over = build_batch([SimpleRecord(None, bytes(8192), 1000)], compression=CompressionType.ZSTD)
+    budget = DecompressBudget(20_000)
+    plan = PartitionLog().prepare_append([over], 0, None, "t-0", DecompressBudget(5000))
+    assert plan.error == Errors.CORRUPT_MESSAGE
+    for left in (20_000, 20_000 - 8192 - 20):  # two batches fit (each ~8.2 KB decompressed), then a refusal
+        assert PartitionLog().prepare_append([over], 0, None, "t-0", budget).error == Errors.NONE, left
+    assert PartitionLog().prepare_append([over], 0, None, "t-0", budget).error == Errors.CORRUPT_MESSAGE
+    assert budget.left <= 0
+    assert PartitionLog().prepare_append([over], 0, None, "t-0", budget).error == Errors.CORRUPT_MESSAGE
+
+
+def test_records_read_one_by_one_are_bounded_per_op(ctx: Ctx) -> None:
+    """A 5.6 KB batch of 9.5 million tiny records for a compacted topic kept a shard walking them
+    for ~20 s; records that must be read one by one count against the op (1,000,000), those of
+    batches no rule reads do not."""
+    from rafka.shard.log import validator
+    from rafka.shard.log.partition import PartitionLog
+    from rafka.shard.log.validator import DecompressBudget
+
+    keyed = build_batch([SimpleRecord(b"k", b"v", 1000)] * 3, compression=CompressionType.ZSTD)
+    compact = validator.LogConfig.from_overrides({"cleanup.policy": "compact"})
+    budget = DecompressBudget(records=5)
+    assert PartitionLog().prepare_append([keyed], 1000, compact, "t-0", budget).error == Errors.NONE
+    plan = PartitionLog().prepare_append([keyed], 1000, compact, "t-1", budget)
+    assert (plan.error, plan.message) == (Errors.RECORD_LIST_TOO_LARGE, "The batches of this request for t-1 and the "
+                                                                          "partitions before it hold more than 1000000 "
+                                                                          "records that must be read one by one")
+    budget = DecompressBudget(records=5)
+    for _ in range(3):  # the default topic config reads no record
+        assert PartitionLog().prepare_append([keyed], 1000, None, "t-0", budget).error == Errors.NONE
+    assert budget.records == 5
+    many = build_batch([SimpleRecord(b"k", None, 1000)] * 1_000_001, compression=CompressionType.ZSTD)
+    assert len(many) < 1_000_000  # under max.message.bytes
+    resp = ctx.produce({"topic": "c", "partition": 0, "records": many, "configs": {"cleanup.policy": "compact"}})
+    assert resp[0]["error_code"] == Errors.RECORD_LIST_TOO_LARGE
+
+
 def test_what_exceeds_the_budget_is_named() -> None:
     from rafka.shard.log.partition import PartitionLog
     from rafka.shard.log.validator import DecompressBudget

@@ -40,9 +40,6 @@ def group_call(ctx: RequestContext, op: Op, group_id: str, payload: dict[str, An
     return router.call(router.shard_for_group(ctx.org_id, group_id), op, ctx.org_id, payload, ctx.trace)
 
 
-# Kafka's internal topics (Topic.isInternal): marked so in Metadata; clients cannot produce to them
-
-
 def catalog_call(ctx: RequestContext, op: Op, payload: dict[str, Any]) -> asyncio.Future[Any]:
     """Call the shard that owns this organisation's topic catalogue."""
     router = ctx.gateway.router

@@ -34,6 +34,7 @@ from rafka.shard.log.errors import Errors
 _MAGIC_OFFSET = 16
 MIN_RECORD_SIZE = 7  # a length, attributes, timestamp and offset deltas, null key, null value, no headers
 REQUEST_DECOMPRESSED_LIMIT = 4 * DECOMPRESSED_LIMIT  # what one op's compressed batches decompress to, together
+REQUEST_WALKED_LIMIT = 1_000_000  # records of one op read one by one (~1-3 s of a shard's loop)
 
 
 class AppendError(Exception):
@@ -47,15 +48,19 @@ class AppendError(Exception):
 
 
 class DecompressBudget:
-    """The bytes the compressed batches of one produce op (the partitions of a request that one
-    shard owns) may still decompress to. Each batch is held to ``DECOMPRESSED_LIMIT``; without a
-    limit for the op, one small request of 200 batches each expanding to nearly that kept a shard
-    decompressing for seconds, past its liveness deadline, and its other clients waiting."""
+    """What the batches of one produce op (the partitions of a request that one shard owns) may
+    still cost the shard: ``left`` bytes to decompress and ``records`` to walk one by one. Each
+    batch is held to ``DECOMPRESSED_LIMIT``; without limits for the op, one small request of 200
+    batches each expanding to nearly that kept a shard decompressing for ~7 s, and one 5.6 KB
+    batch of 9.5 million tiny records for a compacted topic kept it walking them for ~20 s, past
+    its liveness deadline, with its other clients waiting. A batch refused as corrupt or too
+    large is charged what it could have cost."""
 
-    __slots__ = ("left",)
+    __slots__ = ("left", "records")
 
-    def __init__(self, left: int = REQUEST_DECOMPRESSED_LIMIT) -> None:
+    def __init__(self, left: int = REQUEST_DECOMPRESSED_LIMIT, records: int = REQUEST_WALKED_LIMIT) -> None:
         self.left = left
+        self.records = records
 
 
 def validate_append(batches: list[Any], now_ms: int, config: LogConfig, name: str,
@@ -65,6 +70,14 @@ def validate_append(batches: list[Any], now_ms: int, config: LogConfig, name: st
     headers = [validate_client_batch(batch, config.max_message_bytes, name) for batch in batches]
     sections = [client_records(header, batch, name, budget) for batch, header in zip(batches, headers, strict=True)]
     for header, section in zip(headers, sections, strict=True):
+        if budget is not None and (rules_read_records(header, config, now_ms)
+                                   or config.codec_for(header.compression)[0] != header.compression):
+            budget.records -= header.records_count
+            if budget.records < 0:
+                raise AppendError(Errors.RECORD_LIST_TOO_LARGE, f"The batches of this request for {name} and the "
+                                                                f"partitions before it hold more than "
+                                                                f"{REQUEST_WALKED_LIMIT} records that must be read "
+                                                                f"one by one")
         check_records(header, section, config, now_ms, name)
     return headers, [stored_codec(header, batch, section, config, name)
                      for batch, header, section in zip(batches, headers, sections, strict=True)]
@@ -119,13 +132,12 @@ def client_records(header: BatchHeader, batch: Any, name: str, budget: Decompres
         limit = DECOMPRESSED_LIMIT if budget is None else min(DECOMPRESSED_LIMIT, budget.left)
         try:
             section = records_section(header, batch, limit)
-        except DecompressedTooLarge as exc:
-            if limit == DECOMPRESSED_LIMIT:
-                raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: {exc}") from None
-            raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: the compressed batches of this request "
-                                                      f"decompress to more than {REQUEST_DECOMPRESSED_LIMIT} bytes "
-                                                      f"together") from None
         except CorruptRecordError as exc:
+            if budget is not None:
+                budget.left -= limit
+            if isinstance(exc, DecompressedTooLarge) and limit < DECOMPRESSED_LIMIT:
+                exc = DecompressedTooLarge(f"the compressed batches of this request decompress to more than "
+                                           f"{REQUEST_DECOMPRESSED_LIMIT} bytes together")
             raise AppendError(Errors.CORRUPT_MESSAGE, f"Record batch of {name}: {exc}") from None
         if budget is not None:
             budget.left -= len(section)
@@ -154,6 +166,18 @@ def stored_codec(header: BatchHeader, batch: Any, section: memoryview, config: L
     return batch
 
 
+def rules_read_records(header: BatchHeader, config: LogConfig, now_ms: int) -> bool:
+    """Whether a rule of ``check_records`` needs the batch's records (or, for a LogAppendTime
+    topic, refuses the batch by its header): keys on a compacted topic; timestamps when the
+    header's maximum is past the window, or the window has a lower bound."""
+    if config.compact:
+        return True
+    if config.log_append_time:
+        return header.is_log_append_time
+    return (header.max_timestamp > now_ms + config.message_timestamp_after_max_ms
+            or config.message_timestamp_before_max_ms != INT64_MAX)
+
+
 def check_records(header: BatchHeader, section: memoryview, config: LogConfig, now_ms: int, name: str) -> None:
     """The topic config's rules for the records (``section``) of one batch; raise ``AppendError``
     listing every record that breaks one.
@@ -167,13 +191,11 @@ def check_records(header: BatchHeader, section: memoryview, config: LogConfig, n
     counts, are INVALID_RECORD, as Kafka's record iterator answers (a producer does not retry
     it, as it would CORRUPT_MESSAGE).
     """
+    if not rules_read_records(header, config, now_ms):
+        return  # the common case: no rule needs the records
     create_time = not config.log_append_time
     low = now_ms - config.message_timestamp_before_max_ms
     high = now_ms + config.message_timestamp_after_max_ms
-    if not config.compact and (
-            (create_time and header.max_timestamp <= high and config.message_timestamp_before_max_ms == INT64_MAX)
-            or (not create_time and not header.is_log_append_time)):
-        return  # the common case: no rule needs the records
     if not create_time and header.is_log_append_time:
         raise AppendError(Errors.INVALID_TIMESTAMP, "Invalid timestamp type in message. "
                                                     "Producer should not set timestamp type to LogAppendTime.")
