@@ -83,19 +83,31 @@ def check_layout(data_dir: str | Path, coordinator_partitions: int) -> None:
                            f"with --coordinator-partitions {recorded}")
 
 
-def cluster_id(data_dir: str | Path) -> str:
-    """The data directory's cluster id (Kafka's ``meta.properties`` ``cluster.id``): made at
-    random and recorded on first use, as ``layout.json`` is, so every later start and every
-    process starting together reads the same one."""
+def cluster_id(data_dir: str | Path, given: str | None = None) -> str:
+    """The data directory's cluster id (Kafka's ``meta.properties`` ``cluster.id``): ``given``
+    (``--cluster-id``) or made at random, recorded on first use as ``layout.json`` is, so every
+    later start and every process starting together reads the same one. A ``given`` id other
+    than the recorded one is refused, as Kafka refuses a ``meta.properties`` of another cluster."""
     root = Path(data_dir)
     path = root / CLUSTER_ID_FILE
     if not path.exists():
-        _record(root, path, ids.new_cluster_id())
-    text = path.read_text().strip()
-    if not ids.is_cluster_id(text):
-        raise DataDirError(f"{path} does not hold a cluster id ({text[:40]!r}): restore it or remove it to "
-                           f"start a new one")
-    return text
+        _record(root, path, given or ids.new_cluster_id())
+    recorded = recorded_cluster_id(root)
+    if recorded is None:
+        raise DataDirError(f"{path} does not hold a cluster id: restore it, or remove it to start a new one")
+    if given is not None and given != recorded:
+        raise DataDirError(f"{root} belongs to cluster {recorded}, not --cluster-id {given}: start with the "
+                           f"cluster id it was written with")
+    return recorded
+
+
+def recorded_cluster_id(data_dir: str | Path) -> str | None:
+    """The cluster id recorded in the data directory, or None if there is none to read."""
+    try:
+        text = (Path(data_dir) / CLUSTER_ID_FILE).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if ids.is_cluster_id(text) else None
 
 
 def _record(root: Path, path: Path, text: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import re
 import urllib.parse
 import uuid
 
@@ -48,25 +49,35 @@ def shard_for_partition(partition: int, shards: int) -> int:
     return partition % shards
 
 
+_RESERVED_UUIDS = frozenset({"AAAAAAAAAAAAAAAAAAAAAA", "AAAAAAAAAAAAAAAAAAAAAQ"})  # Kafka's ZERO_UUID, ONE_UUID
+_PRINTED_UUID = re.compile(r"[A-Za-z0-9_-]{21}[AQgw]")  # 16 bytes: the last character carries two bits
+
+
 def new_cluster_id() -> str:
     """A random cluster id as Kafka makes one (``Uuid.randomUuid().toString()``: 16 random bytes in
-    22 characters of URL-safe base64, no padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    22 characters of URL-safe base64, no padding, never a reserved id nor one starting with ``-``,
+    which a command line would take for a flag)."""
+    while not is_cluster_id(text := _printed(uuid.uuid4().bytes)):
+        pass
+    return text
 
 
 def derived_cluster_id(*parts: str) -> str:
     """A cluster id that follows from ``parts`` (a gateway's shard endpoints): every gateway of a
     deployment that has no ``--cluster-id`` and no data directory of its own names the same one."""
-    digest = hashlib.sha256("\0".join(parts).encode()).digest()[:16]
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    salt = 0
+    while not is_cluster_id(text := _printed(hashlib.sha256("\0".join((*parts, str(salt))).encode()).digest()[:16])):
+        salt += 1
+    return text
 
 
 def is_cluster_id(text: str) -> bool:
-    """Whether ``text`` is a Kafka Uuid in its printed form."""
-    try:
-        return len(text) == 22 and len(base64.urlsafe_b64decode(text + "==")) == 16
-    except ValueError:
-        return False
+    """Whether ``text`` is a Kafka Uuid in its printed form, and one Kafka would make."""
+    return bool(_PRINTED_UUID.fullmatch(text)) and not text.startswith("-") and text not in _RESERVED_UUIDS
+
+
+def _printed(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 MAX_DIR_NAME = 255  # bytes in one file name on Linux filesystems

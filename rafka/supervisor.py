@@ -71,8 +71,8 @@ class Supervisor:
             self._lock = datadir.lock(Path(self.cfg.data_dir) / "serve.lock", "rafka serve")
             if not self.cfg.in_memory:
                 datadir.check_layout(self.cfg.data_dir, self.cfg.coordinator_partitions)
-            if self.cfg.cluster_id is None:  # the gateway names the data directory's cluster
-                self.env["RAFKA_CLUSTER_ID"] = datadir.cluster_id(self.cfg.data_dir)
+            # the gateway names the data directory's cluster (one --cluster-id gives must match it)
+            self.env["RAFKA_CLUSTER_ID"] = datadir.cluster_id(self.cfg.data_dir, self.cfg.cluster_id)
         except datadir.DataDirError as exc:
             log.error("%s", exc)
             return 2

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rafka.datadir import LAYOUT_FILE, DataDirError, check_layout, claim_shard, lock
+from rafka.datadir import LAYOUT_FILE, DataDirError, check_layout, claim_shard, cluster_id, lock
 
 
 def test_a_lock_is_exclusive_names_its_holder_and_goes_with_its_descriptor(tmp_path: Path) -> None:
@@ -69,3 +69,19 @@ def test_of_processes_recording_the_layout_together_the_first_wins_and_the_other
     with pytest.raises(DataDirError, match="written with --coordinator-partitions 64, not 16"):
         check_layout(tmp_path, 16)
     assert [p.name for p in tmp_path.iterdir()] == [LAYOUT_FILE], "no temporary file is left"
+
+
+def test_the_cluster_id_is_recorded_once_and_another_is_refused(tmp_path: Path) -> None:
+    """As Kafka's meta.properties: the id a directory was first given (or made for it) stays, and
+    a start with another --cluster-id, or with a file that holds none, is refused."""
+    made = cluster_id(tmp_path / "a")
+    assert cluster_id(tmp_path / "a") == made == cluster_id(tmp_path / "a", made)
+    with pytest.raises(DataDirError, match=f"belongs to cluster {made}, not --cluster-id MkU3OEVBNTcwNTJENDM2Qg"):
+        cluster_id(tmp_path / "a", "MkU3OEVBNTcwNTJENDM2Qg")
+    assert cluster_id(tmp_path / "b", "MkU3OEVBNTcwNTJENDM2Qg") == "MkU3OEVBNTcwNTJENDM2Qg"
+    (tmp_path / "b" / "cluster.id").write_bytes(b"\xff\xfe")
+    with pytest.raises(DataDirError, match="does not hold a cluster id"):
+        cluster_id(tmp_path / "b")
+    (tmp_path / "c" / "cluster.id").mkdir(parents=True)
+    with pytest.raises(DataDirError, match="does not hold a cluster id"):
+        cluster_id(tmp_path / "c")

@@ -58,6 +58,7 @@ from prometheus_client import Counter
 
 from rafka import ids, telemetry
 from rafka.config import sasl_mechanisms
+from rafka.datadir import recorded_cluster_id
 from rafka.gateway import api as api_mod
 from rafka.gateway import auth
 from rafka.gateway.api import REGISTRY, RequestContext
@@ -138,7 +139,8 @@ class Gateway:
         self.config = config
         self.router = router
         self.node_id: int = config.node_id
-        self.cluster_id = config.cluster_id or ids.derived_cluster_id(*config.endpoints())
+        self.cluster_id = (config.cluster_id or recorded_cluster_id(config.data_dir)
+                           or ids.derived_cluster_id(*config.endpoints()))
         self.advertised_host: str = config.advertised_host or config.host
         self.advertised_port: int = config.advertised_port or config.port
         self.connections: set[KafkaConnection] = set()

@@ -171,9 +171,11 @@ def test_the_cluster_id_is_the_data_directory_s_as_kafka_s_is_its_log_dirs(tmp_p
     finally:
         for broker in (again, other, named):
             broker.stop()
-    bad = subprocess.run([sys.executable, "-m", "rafka", "serve", "--cluster-id", "rafka-cluster", "--data-dir",
-                          str(tmp_path / "four")], check=False, capture_output=True, text=True, timeout=30)
-    assert bad.returncode == 2 and "--cluster-id must be a Kafka Uuid" in bad.stderr
+    for given, where, message in (("rafka-cluster", "four", "--cluster-id must be a Kafka Uuid"),
+                                  ("MkU3OEVBNTcwNTJENDM2Qg", "one", f"belongs to cluster {seen}, not --cluster-id")):
+        bad = subprocess.run([sys.executable, "-m", "rafka", "serve", "--cluster-id", given, "--data-dir",
+                              str(tmp_path / where)], check=False, capture_output=True, text=True, timeout=30)
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr
 
 
 def test_processes_are_named_and_a_dead_shard_is_restarted(fresh_rafka: Rafka) -> None:

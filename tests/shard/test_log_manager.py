@@ -222,9 +222,9 @@ def test_records_read_one_by_one_are_bounded_per_op(ctx: Ctx) -> None:
     budget = DecompressBudget(records=5)
     assert PartitionLog().prepare_append([keyed], 1000, compact, "t-0", budget).error == Errors.NONE
     plan = PartitionLog().prepare_append([keyed], 1000, compact, "t-1", budget)
-    assert (plan.error, plan.message) == (Errors.RECORD_LIST_TOO_LARGE, "The batches of this request for t-1 and the "
-                                                                          "partitions before it hold more than 1000000 "
-                                                                          "records that must be read one by one")
+    assert plan.error == Errors.RECORD_LIST_TOO_LARGE
+    assert plan.message == ("The batches of this request for t-1 and the partitions before it hold more than "
+                            "1000000 records that must be read one by one")
     budget = DecompressBudget(records=5)
     for _ in range(3):  # the default topic config reads no record
         assert PartitionLog().prepare_append([keyed], 1000, None, "t-0", budget).error == Errors.NONE
