@@ -196,11 +196,11 @@ def test_a_refused_batch_is_charged_what_it_could_have_cost() -> None:
     """A batch that decompresses past the limit, or not at all, was free: 200 batches each just
     over 64 MiB cost ~12 s and every one was refused without touching the budget."""
     from rafka.shard.log.partition import PartitionLog
-    from rafka.shard.log.validator import DecompressBudget
+    from rafka.shard.log.validator import AppendBudget
 
     over = build_batch([SimpleRecord(None, bytes(8192), 1000)], compression=CompressionType.ZSTD)
-    budget = DecompressBudget(20_000)
-    plan = PartitionLog().prepare_append([over], 0, None, "t-0", DecompressBudget(5000))
+    budget = AppendBudget(20_000)
+    plan = PartitionLog().prepare_append([over], 0, None, "t-0", AppendBudget(5000))
     assert plan.error == Errors.CORRUPT_MESSAGE
     for left in (20_000, 20_000 - 8192 - 20):  # two batches fit (each ~8.2 KB decompressed), then a refusal
         assert PartitionLog().prepare_append([over], 0, None, "t-0", budget).error == Errors.NONE, left
@@ -215,17 +215,17 @@ def test_records_read_one_by_one_are_bounded_per_op(ctx: Ctx) -> None:
     batches no rule reads do not."""
     from rafka.shard.log import validator
     from rafka.shard.log.partition import PartitionLog
-    from rafka.shard.log.validator import DecompressBudget
+    from rafka.shard.log.validator import AppendBudget
 
     keyed = build_batch([SimpleRecord(b"k", b"v", 1000)] * 3, compression=CompressionType.ZSTD)
     compact = validator.LogConfig.from_overrides({"cleanup.policy": "compact"})
-    budget = DecompressBudget(records=5)
+    budget = AppendBudget(records=5)
     assert PartitionLog().prepare_append([keyed], 1000, compact, "t-0", budget).error == Errors.NONE
     plan = PartitionLog().prepare_append([keyed], 1000, compact, "t-1", budget)
     assert plan.error == Errors.RECORD_LIST_TOO_LARGE
     assert plan.message == ("The batches of this request for t-1 and the partitions before it hold more than "
                             "1000000 records that must be read one by one")
-    budget = DecompressBudget(records=5)
+    budget = AppendBudget(records=5)
     for _ in range(3):  # the default topic config reads no record
         assert PartitionLog().prepare_append([keyed], 1000, None, "t-0", budget).error == Errors.NONE
     assert budget.records == 5
@@ -237,14 +237,14 @@ def test_records_read_one_by_one_are_bounded_per_op(ctx: Ctx) -> None:
 
 def test_what_exceeds_the_budget_is_named() -> None:
     from rafka.shard.log.partition import PartitionLog
-    from rafka.shard.log.validator import DecompressBudget
+    from rafka.shard.log.validator import AppendBudget
 
     sent = build_batch([SimpleRecord(None, bytes(4096), 1000)], compression=CompressionType.LZ4)
-    plan = PartitionLog().prepare_append([sent], 0, None, "t-0", DecompressBudget(4000))
+    plan = PartitionLog().prepare_append([sent], 0, None, "t-0", AppendBudget(4000))
     assert plan.error == Errors.CORRUPT_MESSAGE
     assert plan.message == ("Record batch of t-0: the compressed batches of this request decompress to more than "
                             "268435456 bytes together")
-    budget = DecompressBudget(5000)
+    budget = AppendBudget(5000)
     assert PartitionLog().prepare_append([sent], 0, None, "t-0", budget).error == Errors.NONE
     assert 0 < budget.left < 1000
 

@@ -62,7 +62,7 @@ from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.partition import PartitionLog
 from rafka.shard.log.producers import PRODUCER_ID_EXPIRATION_MS, ProducerIdManager
-from rafka.shard.log.validator import DecompressBudget
+from rafka.shard.log.validator import AppendBudget
 from rafka.shard.records import Record, RecordType
 
 INT32_MAX = 2**31 - 1
@@ -241,7 +241,7 @@ class LogManager:
         out = []
         seen: set[PartitionKey] = set()
         acks = op.get("acks", -1)
-        budget = DecompressBudget()  # for all of the op's compressed batches
+        budget = AppendBudget()  # for all of the op's compressed batches
         for p in op.get("partitions", []):
             topic, partition = p["topic"], p["partition"]
             key = (org_id, topic, partition)
@@ -257,7 +257,7 @@ class LogManager:
         return records, {"partitions": out}
 
     def _produce_partition(self, key: PartitionKey, p: dict[str, Any], now_ms: int,
-                           budget: DecompressBudget) -> Result:
+                           budget: AppendBudget) -> Result:
         _, topic, partition = key
         tid, incarnation = _topic_id(p), p.get("incarnation", 0)
         if self._stale(key[0], p):

@@ -64,7 +64,7 @@ from rafka.protocol.records import (
 from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.producers import BatchMetadata, ProducerStateManager
-from rafka.shard.log.validator import AppendError, DecompressBudget, validate_append
+from rafka.shard.log.validator import AppendBudget, AppendError, validate_append
 
 log = logging.getLogger("rafka.log")
 
@@ -182,7 +182,7 @@ class PartitionLog:
     # ----------------------------------------------------------------- append
 
     def prepare_append(self, batches: list[Any], now_ms: int, config: LogConfig | None = None,
-                       name: str = "", budget: DecompressBudget | None = None) -> AppendPlan:
+                       name: str = "", budget: AppendBudget | None = None) -> AppendPlan:
         """Validate ``batches`` and plan their append (pure); see ``AppendPlan``.
 
         Each batch passes ``validate_append`` (``name``, the topic partition, goes in its

@@ -5,7 +5,7 @@ steps, in Kafka's order, and raises ``AppendError`` with the Kafka error to answ
 refusal. ``validate_client_batch`` reads the 61-byte header (magic, base offset, size, CRC,
 record count, control and producer fields). ``client_records`` gives the records' bytes,
 decompressing a compressed batch once, within ``DECOMPRESSED_LIMIT`` for the batch and the op's
-``DecompressBudget`` for all of its batches together, and refuses a count its bytes cannot hold.
+``AppendBudget`` for all of its batches together, and refuses a count its bytes cannot hold.
 ``check_records`` applies the topic's per-record rules, walking the records (``scan_records``)
 only when a rule needs them. ``stored_codec`` recompresses a batch into the topic's
 ``compression.type`` from the records already decompressed.
@@ -47,7 +47,7 @@ class AppendError(Exception):
         self.record_errors = record_errors or []
 
 
-class DecompressBudget:
+class AppendBudget:
     """What the batches of one produce op (the partitions of a request that one shard owns) may
     still cost the shard: ``left`` bytes to decompress and ``records`` to walk one by one. Each
     batch is held to ``DECOMPRESSED_LIMIT``; without limits for the op, one small request of 200
@@ -62,22 +62,27 @@ class DecompressBudget:
         self.left = left
         self.records = records
 
+    def walk(self, header: BatchHeader, name: str) -> None:
+        """Charge the records of a batch about to be read one by one (RECORD_LIST_TOO_LARGE past
+        what is left)."""
+        self.records -= header.records_count
+        if self.records < 0:
+            raise AppendError(Errors.RECORD_LIST_TOO_LARGE, f"The batches of this request for {name} and the "
+                                                            f"partitions before it hold more than "
+                                                            f"{REQUEST_WALKED_LIMIT} records that must be read "
+                                                            f"one by one")
+
 
 def validate_append(batches: list[Any], now_ms: int, config: LogConfig, name: str,
-                    budget: DecompressBudget | None = None) -> tuple[list[BatchHeader], list[Any]]:
+                    budget: AppendBudget | None = None) -> tuple[list[BatchHeader], list[Any]]:
     """The headers of ``batches`` and the batches as the log stores them; ``AppendError`` if the
     partition ``name`` refuses any of them."""
     headers = [validate_client_batch(batch, config.max_message_bytes, name) for batch in batches]
     sections = [client_records(header, batch, name, budget) for batch, header in zip(batches, headers, strict=True)]
     for header, section in zip(headers, sections, strict=True):
-        if budget is not None and (rules_read_records(header, config, now_ms)
-                                   or config.codec_for(header.compression)[0] != header.compression):
-            budget.records -= header.records_count
-            if budget.records < 0:
-                raise AppendError(Errors.RECORD_LIST_TOO_LARGE, f"The batches of this request for {name} and the "
-                                                                f"partitions before it hold more than "
-                                                                f"{REQUEST_WALKED_LIMIT} records that must be read "
-                                                                f"one by one")
+        recompressed = config.codec_for(header.compression)[0] != header.compression
+        if budget is not None and (recompressed or rules_read_records(header, config, now_ms)):
+            budget.walk(header, name)
         check_records(header, section, config, now_ms, name)
     return headers, [stored_codec(header, batch, section, config, name)
                      for batch, header, section in zip(batches, headers, sections, strict=True)]
@@ -118,7 +123,7 @@ def validate_client_batch(batch: Any, max_message_bytes: int, name: str = "") ->
     return header
 
 
-def client_records(header: BatchHeader, batch: Any, name: str, budget: DecompressBudget | None = None) -> memoryview:
+def client_records(header: BatchHeader, batch: Any, name: str, budget: AppendBudget | None = None) -> memoryview:
     """The bytes of a batch's records, decompressed, so garbage that a CRC covers never reaches a
     consumer (CORRUPT_MESSAGE if they do not decompress, or past the batch's or the op's limit).
 
