@@ -238,9 +238,11 @@ class PartitionLog:
             raise ValueError(f"batch at offset {header.base_offset} does not follow log end {self.log_end_offset}")
         append_ms = value.get("append_ms", -1)
         seg = self.segments[-1]
-        if header.base_offset > self.log_end_offset:  # recovery past a damaged WAL segment: offsets skip a gap
-            log.error("partition log resumes at offset %d after a gap from %d (write-ahead log damage)",
-                      header.base_offset, self.log_end_offset)
+        if header.base_offset > self.log_end_offset:
+            # recovery past write-ahead-log segments that are gone: a compaction or truncation later in
+            # the stream replaces their offsets (the usual case), or damage the recovery logged lost them
+            log.info("partition log resumes at offset %d after %d: the offsets between are not in the "
+                     "write-ahead log", header.base_offset, self.log_end_offset)
             if seg.batches:
                 seg = Segment(header.base_offset)
                 self.segments.append(seg)
