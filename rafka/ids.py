@@ -57,7 +57,7 @@ def new_cluster_id() -> str:
     """A random cluster id as Kafka makes one (``Uuid.randomUuid().toString()``: 16 random bytes in
     22 characters of URL-safe base64, no padding, never a reserved id nor one starting with ``-``,
     which a command line would take for a flag)."""
-    while not is_cluster_id(text := _printed(uuid.uuid4().bytes)):
+    while not is_cluster_id(text := uuid_string(uuid.uuid4().bytes)):
         pass
     return text
 
@@ -66,7 +66,7 @@ def derived_cluster_id(*parts: str) -> str:
     """A cluster id that follows from ``parts`` (a gateway's shard endpoints): every gateway of a
     deployment that has no ``--cluster-id`` and no data directory of its own names the same one."""
     salt = 0
-    while not is_cluster_id(text := _printed(hashlib.sha256("\0".join((*parts, str(salt))).encode()).digest()[:16])):
+    while not is_cluster_id(text := uuid_string(hashlib.sha256("\0".join((*parts, str(salt))).encode()).digest()[:16])):
         salt += 1
     return text
 
@@ -76,7 +76,8 @@ def is_cluster_id(text: str) -> bool:
     return bool(_PRINTED_UUID.fullmatch(text)) and not text.startswith("-") and text not in _RESERVED_UUIDS
 
 
-def _printed(raw: bytes) -> str:
+def uuid_string(raw: bytes) -> str:
+    """16 bytes as Kafka prints a Uuid (``Uuid.toString``: URL-safe base64, no padding)."""
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 

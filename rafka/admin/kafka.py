@@ -8,14 +8,13 @@ tests never touch client objects, and turns client failures into ``AdminError``:
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import logging
 from collections.abc import Iterable
 from typing import Any
 
 from rafka.admin.errors import KafkaFailure, NotFound
-from rafka.ids import INTERNAL_TOPICS
+from rafka.ids import INTERNAL_TOPICS, uuid_string
 
 STATE_NAMES = {"UNKNOWN": "Unknown", "PREPARING_REBALANCING": "PreparingRebalance",
                "COMPLETING_REBALANCING": "CompletingRebalance", "STABLE": "Stable", "DEAD": "Dead",
@@ -85,7 +84,7 @@ def _uuid(value: Any) -> str | None:
         bits = ((value.get_most_significant_bits() % 2**64) << 64) | (value.get_least_significant_bits() % 2**64)
     except AttributeError:
         return str(value)
-    return base64.urlsafe_b64encode(bits.to_bytes(16, "big")).rstrip(b"=").decode() if bits else None
+    return uuid_string(bits.to_bytes(16, "big")) if bits else None
 
 
 class _LastProblem(logging.Handler):

@@ -156,8 +156,8 @@ def _user(raw: Any, where: str) -> User:
         raise UsersFileError(f"{where}.name: expected a non-empty string")
     if not isinstance(org, str) or not org or len(org.encode()) > MAX_ORG_BYTES or not org.isprintable():
         raise UsersFileError(f"{where}.org: expected a non-empty printable string of at most {MAX_ORG_BYTES} bytes")
-    if len(ids.dir_name(org)) > ids.MAX_DIR_NAME:  # an org's topics are stored under a directory named after it
-        raise UsersFileError(f"{where}.org: {org[:20]!r}... is {len(ids.dir_name(org))} bytes once percent-encoded "
+    if (encoded := len(ids.dir_name(org))) > ids.MAX_DIR_NAME:  # an org's topics live under a directory named after it
+        raise UsersFileError(f"{where}.org: {org[:20]!r}... is {encoded} bytes once percent-encoded "
                              f"for its data directory; at most {ids.MAX_DIR_NAME} (characters other than letters, "
                              f"digits and . _ - ~ take three bytes each)")
     if password is not None and (not isinstance(password, str) or not password):

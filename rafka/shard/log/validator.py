@@ -6,8 +6,8 @@ refusal. ``validate_client_batch`` reads the 61-byte header (magic, base offset,
 record count, control and producer fields). ``client_records`` gives the records' bytes,
 decompressing a compressed batch once, within ``DECOMPRESSED_LIMIT`` for the batch and the op's
 ``AppendBudget`` for all of its batches together, and refuses a count its bytes cannot hold.
-``check_records`` applies the topic's per-record rules, walking the records (``scan_records``)
-only when a rule needs them. ``stored_codec`` recompresses a batch into the topic's
+``check_records`` applies the topic's per-record rules, walking the records (``scan_records``),
+when ``rules_read_records`` says a rule needs them. ``stored_codec`` recompresses a batch into the topic's
 ``compression.type`` from the records already decompressed.
 """
 
@@ -79,13 +79,15 @@ def validate_append(batches: list[Any], now_ms: int, config: LogConfig, name: st
     partition ``name`` refuses any of them."""
     headers = [validate_client_batch(batch, config.max_message_bytes, name) for batch in batches]
     sections = [client_records(header, batch, name, budget) for batch, header in zip(batches, headers, strict=True)]
-    for header, section in zip(headers, sections, strict=True):
-        recompressed = config.codec_for(header.compression)[0] != header.compression
-        if budget is not None and (recompressed or rules_read_records(header, config, now_ms)):
+    codecs = [config.codec_for(header.compression) for header in headers]  # (codec, level) each is stored in
+    for header, section, (codec, _level) in zip(headers, sections, codecs, strict=True):
+        read = rules_read_records(header, config, now_ms)
+        if budget is not None and (read or codec != header.compression):
             budget.walk(header, name)
-        check_records(header, section, config, now_ms, name)
-    return headers, [stored_codec(header, batch, section, config, name)
-                     for batch, header, section in zip(batches, headers, sections, strict=True)]
+        if read:
+            check_records(header, section, config, now_ms, name)
+    return headers, [stored_codec(header, batch, section, codec, level, config, name)
+                     for batch, header, section, (codec, level) in zip(batches, headers, sections, codecs, strict=True)]
 
 
 def validate_client_batch(batch: Any, max_message_bytes: int, name: str = "") -> BatchHeader:
@@ -151,11 +153,11 @@ def client_records(header: BatchHeader, batch: Any, name: str, budget: AppendBud
     return section
 
 
-def stored_codec(header: BatchHeader, batch: Any, section: memoryview, config: LogConfig, name: str) -> Any:
-    """``batch`` in the codec the topic stores (``compression.type``; Kafka's LogValidator
-    recompresses a batch in another codec) from its records ``section``, checked again against
-    ``max.message.bytes``."""
-    codec, level = config.codec_for(header.compression)
+def stored_codec(header: BatchHeader, batch: Any, section: memoryview, codec: int, level: int | None,
+                 config: LogConfig, name: str) -> Any:
+    """``batch`` in the ``codec`` the topic stores it in (``LogConfig.codec_for``; Kafka's
+    LogValidator recompresses a batch in another codec) from its records ``section``, checked
+    again against ``max.message.bytes``."""
     if codec == header.compression:
         return batch
     try:
@@ -184,20 +186,18 @@ def rules_read_records(header: BatchHeader, config: LogConfig, now_ms: int) -> b
 
 
 def check_records(header: BatchHeader, section: memoryview, config: LogConfig, now_ms: int, name: str) -> None:
-    """The topic config's rules for the records (``section``) of one batch; raise ``AppendError``
-    listing every record that breaks one.
+    """The topic config's rules for the records (``section``) of one batch, called when
+    ``rules_read_records`` says a rule needs them (with the default configs, only when the
+    header's max timestamp is out of the window); raise ``AppendError`` listing every record
+    that breaks one.
 
     A compacted topic's records need keys (INVALID_RECORD). With CreateTime, each
     timestamp must lie in [now - ``message.timestamp.before.max.ms``, now +
     ``message.timestamp.after.max.ms``] (INVALID_TIMESTAMP); a LogAppendTime topic
-    refuses batches that already claim LogAppendTime. The records are walked only when
-    a rule needs them: with the default configs, when the header's max timestamp is
-    out of the window. Records that do not parse, or fewer or more of them than the header
-    counts, are INVALID_RECORD, as Kafka's record iterator answers (a producer does not retry
-    it, as it would CORRUPT_MESSAGE).
+    refuses batches that already claim LogAppendTime. Records that do not parse, or fewer or
+    more of them than the header counts, are INVALID_RECORD, as Kafka's record iterator answers
+    (a producer does not retry it, as it would CORRUPT_MESSAGE).
     """
-    if not rules_read_records(header, config, now_ms):
-        return  # the common case: no rule needs the records
     create_time = not config.log_append_time
     low = now_ms - config.message_timestamp_before_max_ms
     high = now_ms + config.message_timestamp_after_max_ms
