@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from crc32c import crc32c
 
 from rafka import ids
@@ -461,6 +462,62 @@ def test_a_deleted_topics_committed_offsets_go_with_it(rafka: Rafka) -> None:
             if m is not None and not m.error():
                 got.append(m.value())
         assert got == [f"new-{i}".encode() for i in range(5)], "the new topic is read from its start"
+    finally:
+        c.close()
+
+
+def test_offset_commit_and_fetch_v10_name_topics_by_id(rafka: Rafka) -> None:
+    """OffsetCommit and OffsetFetch v10 (Kafka 4.1+, KIP-848) name topics by id: a commit for a
+    topic deleted and created again under the same name is refused with UNKNOWN_TOPIC_ID and
+    never lands on the new topic (committing by name, it would, and the new topic's first
+    records would be skipped); one for the new id is stored and read back by name and by id."""
+    import uuid
+
+    topic, group = _name("byid"), _name("g")
+    create_topic(rafka.bootstrap, topic, 2)
+
+    def topic_id(raw: RawClient) -> uuid.UUID:
+        md = raw.request(3, 12, {"topics": [{"name": topic, "topic_id": uuid.UUID(int=0)}],
+                                 "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        return md["topics"][0]["topic_id"]
+
+    def commit(raw: RawClient, tid: uuid.UUID, offset: int) -> list[tuple[uuid.UUID, int, int]]:
+        parts = [{"partition_index": i, "committed_offset": offset, "committed_leader_epoch": -1,
+                  "committed_metadata": ""} for i in (0, 1, 5)]
+        resp = raw.request(8, 10, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                                   "group_instance_id": None, "topics": [{"topic_id": tid, "partitions": parts}]})
+        return sorted((t["topic_id"], p["partition_index"], p["error_code"]) for t in resp["topics"]
+                      for p in t["partitions"])
+
+    def fetch(raw: RawClient, topics: list[dict] | None) -> list[tuple[uuid.UUID, int, int, int]]:
+        resp = raw.request(9, 10, {"groups": [{"group_id": group, "member_id": None, "member_epoch": -1,
+                                               "topics": topics}], "require_stable": False})
+        [g] = resp["groups"]
+        assert g["error_code"] == 0
+        return sorted((t["topic_id"], p["partition_index"], p["committed_offset"], p["error_code"])
+                      for t in g["topics"] for p in t["partitions"])
+
+    with RawClient("127.0.0.1", rafka.port) as raw:
+        old = topic_id(raw)
+        assert commit(raw, old, 7) == [(old, 0, 0), (old, 1, 0), (old, 5, 3)]  # partition 5: none
+        assert fetch(raw, [{"topic_id": old, "partition_indexes": [0, 1]}]) == [(old, 0, 7, 0), (old, 1, 7, 0)]
+        assert fetch(raw, None) == [(old, 0, 7, 0), (old, 1, 7, 0)]
+        admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+        admin.delete_topics([topic])[topic].result(15)
+        create_topic(rafka.bootstrap, topic, 2)
+        new = topic_id(raw)
+        assert new != old
+        # a member that missed the deletion commits for the old id: refused, nothing stored
+        assert commit(raw, old, 9) == [(old, 0, 100), (old, 1, 100), (old, 5, 100)]
+        assert fetch(raw, None) == []
+        assert fetch(raw, [{"topic_id": old, "partition_indexes": [0]}]) == [(old, 0, -1, 100)]
+        assert commit(raw, new, 3) == [(new, 0, 0), (new, 1, 0), (new, 5, 3)]
+        assert fetch(raw, [{"topic_id": new, "partition_indexes": [1]}, {"topic_id": old, "partition_indexes": [0]}]
+                     ) == sorted([(new, 1, 3, 0), (old, 0, -1, 100)])
+    c = Consumer({"bootstrap.servers": rafka.bootstrap, "group.id": group})
+    try:  # and by name, as librdkafka asks (v9)
+        assert [tp.offset for tp in c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
+                ] == [3, 3]
     finally:
         c.close()
 

@@ -4,8 +4,9 @@ Version notes:
 - JoinGroup 0–9 (v4+ MEMBER_ID_REQUIRED, v5 group_instance_id), SyncGroup 0–5
   (v5 protocol type/name), Heartbeat 0–4, LeaveGroup 0–5 (v3+ batch of members;
   v0–2 carry one member_id and answer with a single error code).
-- OffsetCommit 2–9, OffsetFetch 1–9 (v8+ several groups per request; older
-  versions one group with a top-level error from v2), OffsetDelete 0.
+- OffsetCommit 2–10, OffsetFetch 1–10 (v8+ several groups per request; older
+  versions one group with a top-level error from v2; v10 names topics by id, KIP-848:
+  see ``_named_by_id``), OffsetDelete 0.
 - DescribeGroups 0–6, ListGroups 0–5 (v4 states filter, v5 types filter) and
   DeleteGroups 0–2 fan out to the owning shards and merge the answers.
 A call to a shard that is down or loading answers NOT_COORDINATOR or
@@ -15,13 +16,14 @@ COORDINATOR_LOAD_IN_PROGRESS so clients look the coordinator up again and retry.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from rafka.gateway.api import RequestContext, api
 from rafka.gateway.handlers import acl
 from rafka.gateway.handlers.consumer_groups import resolve_topics
 from rafka.gateway.handlers.errors import Err, coordinator_error, shard_down_error
-from rafka.gateway.handlers.topics import group_call, known_now, known_partitions, with_refused
+from rafka.gateway.handlers.topics import group_call, known_now, known_partitions, topic_cache, with_refused
 from rafka.gateway.router import ShardUnavailable
 from rafka.rail import Op
 
@@ -82,8 +84,36 @@ async def leave_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any
     return resp
 
 
-@api(8, 2, 9, "group.offset-commit")
+async def _named_by_id(ctx: RequestContext, topics: list[dict[str, Any]]
+                       ) -> tuple[list[dict[str, Any]], dict[str, uuid.UUID], list[dict[str, Any]]]:
+    """How v10 of OffsetCommit and OffsetFetch works: topics are named by id (KIP-848), so a
+    commit meant for a deleted topic never lands on a new topic of the same name. Each id is
+    looked up in the topic cache: (the topics whose id a topic has, named as earlier versions
+    name them; their ids by name; the others, whose partitions Kafka answers UNKNOWN_TOPIC_ID).
+    Offsets are kept by name, as before."""
+    cache = topic_cache(ctx)
+    named: list[dict[str, Any]] = []
+    ids: dict[str, uuid.UUID] = {}
+    unknown: list[dict[str, Any]] = []
+    for t in topics:
+        topic_id = t.get("topic_id")
+        info = await cache.by_id(ctx, str(topic_id)) if topic_id else None
+        if info is None:
+            unknown.append(t)
+        else:
+            named.append({**{k: v for k, v in t.items() if k != "topic_id"}, "name": info["name"]})
+            ids[info["name"]] = topic_id
+    return named, ids, unknown
+
+
+@api(8, 2, 10, "group.offset-commit")
 async def offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    if ctx.api_version >= 10:
+        return await _offset_commit_by_id(ctx, req)
+    return await _offset_commit_by_name(ctx, req)
+
+
+async def _offset_commit_by_name(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     # the hottest request: its topics checked without a coroutine when they are cached
     topics, unknown = known_now(ctx, req["topics"]) or await known_partitions(ctx, req["topics"])
     if not topics:
@@ -98,16 +128,55 @@ async def offset_commit(ctx: RequestContext, req: dict[str, Any]) -> dict[str, A
     return resp
 
 
+def _commit_refused(topic: dict[str, Any], code: int) -> dict[str, Any]:
+    return {"topic_id": topic["topic_id"], "partitions": [
+        {"partition_index": p["partition_index"], "error_code": code} for p in topic["partitions"]]}
+
+
+async def _offset_commit_by_id(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    try:
+        named, ids, unknown = await _named_by_id(ctx, req["topics"])
+    except ShardUnavailable as exc:  # the catalogue's shard is down and the id is not cached
+        return {"topics": [_commit_refused(t, coordinator_error(exc)) for t in req["topics"]]}
+    resp = await _offset_commit_by_name(ctx, {**req, "topics": named}) if named else {"topics": []}
+    for t in resp["topics"]:
+        t["topic_id"] = ids[t["name"]]
+    resp["topics"] += [_commit_refused(t, Err.UNKNOWN_TOPIC_ID) for t in unknown]
+    return resp
+
+
 async def _fetch_one_group(ctx: RequestContext, group: dict[str, Any], require_stable: bool) -> dict[str, Any]:
-    payload = {"group_id": group["group_id"], "topics": group.get("topics"), "require_stable": require_stable,
-               "member_id": group.get("member_id"), "member_epoch": group.get("member_epoch", -1)}
-    resp, err = await _call_or_error(ctx, Op.OFFSET_FETCH, group["group_id"], payload)
+    by_id = ctx.api_version >= 10
+    topics, ids, unknown = group.get("topics"), None, []
+    try:
+        if by_id and topics is not None:
+            topics, ids, unknown = await _named_by_id(ctx, topics)
+        payload = {"group_id": group["group_id"], "topics": topics, "require_stable": require_stable,
+                   "member_id": group.get("member_id"), "member_epoch": group.get("member_epoch", -1)}
+        resp, err = await _call_or_error(ctx, Op.OFFSET_FETCH, group["group_id"], payload)
+        if resp is not None and by_id:
+            resp["topics"] = await _with_topic_ids(ctx, resp["topics"], ids) + [
+                {"topic_id": t["topic_id"], "partitions": [
+                    {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+                     "error_code": Err.UNKNOWN_TOPIC_ID} for i in t.get("partition_indexes") or []]} for t in unknown]
+    except ShardUnavailable as exc:  # v10: the catalogue's shard is down and a topic is not cached
+        resp, err = None, coordinator_error(exc)
     if resp is None:
         return {"group_id": group["group_id"], "error_code": err, "topics": []}
     return resp
 
 
-@api(9, 1, 9, "group.offset-fetch")
+async def _with_topic_ids(ctx: RequestContext, topics: list[dict[str, Any]], ids: dict[str, uuid.UUID] | None
+                          ) -> list[dict[str, Any]]:
+    """An OffsetFetch v10 answer's topics with their ids: those of the request, or for a fetch
+    of every topic, the topics' own; a topic that no longer exists is left out, as Kafka does."""
+    if ids is None:
+        infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in topics], False)
+        ids = {name: uuid.UUID(info["topic_id"]) for name, info in infos.items() if info and info.get("topic_id")}
+    return [{**t, "topic_id": ids[t["name"]]} for t in topics if t["name"] in ids]
+
+
+@api(9, 1, 10, "group.offset-fetch")
 async def offset_fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     require_stable = bool(req.get("require_stable", False))
     if ctx.api_version >= 8:
