@@ -4,7 +4,7 @@ How this works: a consumer committing asynchronously sends its commits back to b
 under load one client read holds dozens of them, byte for byte the same but for the
 correlation id and the committed offsets (the same group, member, generation, partitions,
 leader epochs and metadata). An OffsetCommit frame opens a ``CommitRun``; when a second one
-follows it in the read, ``commit_layout`` walks the first (versions 2–9) for the byte
+follows it in the read, ``commit_layout`` walks the first (versions 2–10) for the byte
 ranges outside those fields, and a frame of the same length whose bytes in those ranges are
 equal has the same fields, so it joins the run with a bytes comparison, without being
 decoded. When the run ends (at the end of the read, or before any other frame of the
@@ -60,7 +60,7 @@ def _array(frame: bytes, pos: int, flexible: bool) -> tuple[int, int]:
 def commit_layout(frame: bytes, version: int) -> Spans | None:
     """The byte ranges of an OffsetCommit request frame (size prefix excluded) other than its
     correlation id and committed offsets, or None if it is not one this walk accepts."""
-    if not 2 <= version <= 9:  # v10 names topics by id
+    if not 2 <= version <= 10:
         return None
     flexible = version >= 8
     end = len(frame)
@@ -77,7 +77,7 @@ def commit_layout(frame: bytes, version: int) -> Spans | None:
         if topics < 0:
             return None
         for _ in range(topics):
-            pos = _string(frame, pos, flexible)  # name
+            pos = pos + 16 if version >= 10 else _string(frame, pos, flexible)  # topic id (v10) or name
             partitions, pos = _array(frame, pos, flexible)
             if partitions < 0 or pos > end:
                 return None

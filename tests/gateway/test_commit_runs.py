@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import random
 import struct
+import uuid
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from rafka.rail import Op
 from tests.gateway.harness import Driver, decode_response, encode_request, make_gateway, split_frames
 from tests.gateway.test_reply_path import TOPIC, QueueingRouter, commit
 
-VERSIONS = range(2, 10)
+VERSIONS = range(2, 11)
 
 
 def _body(version: int, rng: random.Random, offsets: list[int] | None = None) -> dict[str, Any]:
@@ -32,7 +33,10 @@ def _body(version: int, rng: random.Random, offsets: list[int] | None = None) ->
                           "committed_leader_epoch": rng.choice([-1, 0, 7]),
                           "committed_metadata": rng.choice([None, "", "meta", "ünï" * rng.randint(1, 50)])})
             n += 1
-        topics.append({"name": f"topic-{t}-" + "x" * rng.randint(0, 200), "partitions": parts})
+        if version >= 10:  # named by id
+            topics.append({"topic_id": uuid.UUID(int=rng.getrandbits(128)), "partitions": parts})
+        else:
+            topics.append({"name": f"topic-{t}-" + "x" * rng.randint(0, 200), "partitions": parts})
     return {"group_id": rng.choice(["g", "group-" + "y" * 300]), "generation_id_or_member_epoch": rng.randint(-1, 9),
             "member_id": rng.choice(["", "m-1"]), "group_instance_id": rng.choice([None, "static-1"]),
             "retention_time_ms": rng.choice([-1, 60_000]), "topics": topics}
@@ -63,6 +67,11 @@ def test_layout_finds_every_committed_offset_and_only_them(version: int) -> None
         for changed in ({"member_id": body["member_id"] + "z"}, {"generation_id_or_member_epoch": 11},
                         {"group_id": body["group_id"][:-1] + "h"}):
             assert not run.matches(encode_request(8, version, dict(body, **changed))[4:])
+        if body["topics"]:  # another topic (by id from v10, by name before)
+            renamed = ({"topic_id": uuid.UUID(int=body["topics"][0]["topic_id"].int ^ 1)} if version >= 10
+                       else {"name": body["topics"][0]["name"] + "z"})
+            other = dict(body, topics=[dict(body["topics"][0], **renamed), *body["topics"][1:]])
+            assert not run.matches(encode_request(8, version, other)[4:])
         if body["topics"] and body["topics"][0]["partitions"]:
             first = body["topics"][0]
             for field, value in (("committed_metadata", "other"), ("partition_index", 5), ("committed_leader_epoch", 3)):
@@ -243,4 +252,4 @@ def test_a_bad_commit_closes_the_connection_before_the_frames_after_it_run() -> 
 def test_the_walk_knows_only_the_versions_it_was_written_for() -> None:
     frame = commit(1, 1)[4:]
     assert commit_layout(frame, 9) is not None
-    assert commit_layout(frame, 10) is None and commit_layout(frame, 1) is None
+    assert commit_layout(frame, 11) is None and commit_layout(frame, 1) is None

@@ -512,12 +512,22 @@ def test_offset_commit_and_fetch_v10_name_topics_by_id(rafka: Rafka) -> None:
         assert fetch(raw, None) == []
         assert fetch(raw, [{"topic_id": old, "partition_indexes": [0]}]) == [(old, 0, -1, 100)]
         assert commit(raw, new, 3) == [(new, 0, 0), (new, 1, 0), (new, 5, 3)]
+        # pipelined, as an asynchronous committer sends them: each answered, the last one stands
+        frames = [raw.encode(8, 10, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                                     "group_instance_id": None, "topics": [{"topic_id": new, "partitions": [
+                                         {"partition_index": 0, "committed_offset": 10 + i, "committed_leader_epoch": -1,
+                                          "committed_metadata": ""}]}]}) for i in range(8)]
+        raw.send_raw(b"".join(frames))
+        answers = [raw.read_response(8, 10) for _ in frames]
+        assert [(a["topics"][0]["topic_id"], a["topics"][0]["partitions"][0]["error_code"]) for a in answers
+                ] == [(new, 0)] * 8
+        assert fetch(raw, [{"topic_id": new, "partition_indexes": [0]}]) == [(new, 0, 17, 0)]
         assert fetch(raw, [{"topic_id": new, "partition_indexes": [1]}, {"topic_id": old, "partition_indexes": [0]}]
                      ) == sorted([(new, 1, 3, 0), (old, 0, -1, 100)])
     c = Consumer({"bootstrap.servers": rafka.bootstrap, "group.id": group})
     try:  # and by name, as librdkafka asks (v9)
         assert [tp.offset for tp in c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
-                ] == [3, 3]
+                ] == [17, 3]
     finally:
         c.close()
 
