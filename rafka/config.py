@@ -59,6 +59,8 @@ class Config:
     consumer_group_max_session_timeout_ms: int = 60_000
     consumer_group_min_heartbeat_interval_ms: int = 5_000
     consumer_group_max_heartbeat_interval_ms: int = 15_000
+    # transactions
+    transactional_id_expiration_ms: int = 604_800_000  # Kafka's transactional.id.expiration.ms (7 days)
     # topics
     auto_create_topics: bool = True
     default_partitions: int = 1
@@ -152,7 +154,8 @@ def add_arguments(parser: argparse.ArgumentParser, only: set[str] | None = None,
 
 POSITIVE = ("shards", "coordinator_partitions", "default_partitions", "log_retention_check_interval_ms",
             "log_cleaner_backoff_ms",
-            "offsets_retention_check_interval_ms", "max_request_bytes", "max_inflight_per_connection")
+            "offsets_retention_check_interval_ms", "max_request_bytes", "max_inflight_per_connection",
+            "transactional_id_expiration_ms")
 
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # what the gateway can serve

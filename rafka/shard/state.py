@@ -49,5 +49,5 @@ def build_state(cfg: Config, shard_id: int, runtime: Any) -> ShardState:
     data = DataPlane(shard_id, runtime.timer, cfg.default_partitions, cfg.coordinator_partitions,
                      cfg.log_retention_check_interval_ms, cfg.log_cleaner_backoff_ms)
     data.install(state)
-    txn.install(state, data.logs)
+    txn.install(state, data.logs, expiration_ms=cfg.transactional_id_expiration_ms)
     return state

@@ -551,3 +551,47 @@ def test_init_producer_id_and_a_fenced_producers_write_answer_as_kafka(broker: R
             {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
         assert resp["responses"][0]["partition_responses"][0]["error_code"] == 47  # INVALID_PRODUCER_EPOCH
     assert _read(broker.bootstrap, topic, 1, "read_uncommitted", wait=2.0) == []
+
+
+def test_transactional_ids_unused_past_their_expiration_are_removed(tmp_path: Path) -> None:
+    """Kafka's transactional.id.expiration.ms: a finished producer's id is removed once unused
+    for that long (it was kept forever: memory, WAL and sweep time grew with every id ever
+    used), it stays removed after a restart, and the same id starts afresh."""
+    b = Rafka(tmp_path / "data", shards=SHARDS, extra=["--transactional-id-expiration-ms", "1500"]).start()
+    try:
+        _src, dst, _group, tid = _names()
+        create_topic(b.bootstrap, dst, 1)
+        p = _producer(b.bootstrap, tid)
+        p.init_transactions(15)
+        p.begin_transaction()
+        p.produce(dst, value=b"x")
+        p.commit_transaction(15)
+        with RawClient("127.0.0.1", b.port) as c:
+            [d] = c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"]
+        assert d["transaction_state"] == "CompleteCommit"
+        pid = d["producer_id"]
+        p.flush(5)
+        del p
+
+        def described() -> int:
+            with RawClient("127.0.0.1", b.port) as c:
+                return c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"][0]["error_code"]
+
+        deadline = time.monotonic() + 15  # expiration 1.5 s, checked every 1.5 s, swept every second
+        while described() == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert described() == 105, "TRANSACTIONAL_ID_NOT_FOUND once expired"
+        b.stop()
+        b.start()
+        assert described() == 105, "still gone after a restart"
+        again = _producer(b.bootstrap, tid)
+        again.init_transactions(15)
+        again.begin_transaction()
+        again.produce(dst, value=b"y")
+        again.commit_transaction(15)
+        with RawClient("127.0.0.1", b.port) as c:
+            [d] = c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"]
+        assert d["transaction_state"] == "CompleteCommit" and d["producer_id"] != pid
+        assert _read(b.bootstrap, dst, 1, "read_committed", expected=2) == [b"x", b"y"]
+    finally:
+        b.stop()

@@ -155,6 +155,55 @@ def test_timeout_aborts_an_abandoned_transaction_with_an_epoch_bump() -> None:
         "error_code": 0, "producer_id": pid, "producer_epoch": 2}
 
 
+def test_ids_unused_for_the_expiration_time_are_removed_and_only_those() -> None:
+    """Kafka's transactional.id.expiration.ms: an id with no transaction in flight and no change
+    for that long is removed (a tombstone), its producer refused until it re-initialises; one
+    with a transaction in flight is not, however old. The check runs once per hour (or per
+    expiration time if shorter), not on every sweep."""
+    ctx = TxnCtx()
+    ctx.coord.expiration_ms = expiration = 10_000
+    idle = ctx.init("idle")["producer_id"]
+    done = ctx.init("done")["producer_id"]
+    ctx.add(done, 0, ("t", 0), tid="done")
+    ctx.complete(ctx.end(done, 0, True, tid="done")["complete"])
+    open_ = ctx.init("open", timeout=900_000)["producer_id"]
+    ctx.add(open_, 0, ("t", 1), tid="open")
+    ctx.now += expiration - 1
+    assert ctx.sweep() == [] and set(ctx.coord.txns) == {(ORG, "idle"), (ORG, "done"), (ORG, "open")}
+    ctx.now += 1
+    ctx.init("idle")  # used again: its clock starts over
+    assert ctx.sweep() == []
+    assert set(ctx.coord.txns) == {(ORG, "idle"), (ORG, "done"), (ORG, "open")}, "checked 1 ms ago: not due yet"
+    ctx.now += expiration - 1
+    ctx.sweep()
+    assert set(ctx.coord.txns) == {(ORG, "idle"), (ORG, "open")}, "done expired; idle was used since"
+    assert [(r.key, r.value) for r in ctx.log[-1:]] == [((ORG, "done"), None)]
+    assert ctx.add(done, 0, ("t", 0), tid="done")["error_code"] == Errors.INVALID_PRODUCER_ID_MAPPING
+    again = ctx.init("done")
+    assert again["error_code"] == 0 and again["producer_id"] != done and again["producer_epoch"] == 0
+    ctx.now += 10 * expiration
+    ctx.sweep()
+    assert (ORG, "idle") not in ctx.coord.txns
+    assert ctx.state("open") == "Ongoing", "a transaction in flight never expires (its timeout ends it)"
+    fresh = TxnCtx()  # a restart replays the tombstones
+    for r in ctx.log:
+        fresh.coord.replay(r)
+    assert fresh.coord.txns == ctx.coord.txns and fresh.coord.in_flight == {(ORG, "open")}
+
+
+def test_a_sweep_walks_only_the_ids_with_a_transaction_in_flight() -> None:
+    ctx = TxnCtx()
+    for i in range(50):
+        ctx.init(f"idle-{i}")
+    pid = ctx.init("busy")["producer_id"]
+    ctx.add(pid, 0, ("t", 0), tid="busy")
+    assert ctx.coord.in_flight == {(ORG, "busy")}
+    complete = ctx.end(pid, 0, False, tid="busy")["complete"]
+    assert ctx.coord.in_flight == {(ORG, "busy")} and ctx.sweep() == [complete]
+    ctx.complete(complete)
+    assert ctx.coord.in_flight == set() and ctx.sweep() == []
+
+
 def test_a_retried_epoch_bump_gets_the_same_epoch_and_a_stale_one_is_fenced() -> None:
     """Kafka's prepareIncrementProducerEpoch: a producer bumps its own epoch after an abortable
     error (InitProducerId naming its id and epoch); the same call again, its answer lost, gets

@@ -67,6 +67,7 @@ KAFKA_DEFAULTS: dict[str, tuple[str | None, int]] = {  # Kafka's name -> its def
     "group.consumer.min.heartbeat.interval.ms": ("5000", INT),
     "group.consumer.max.heartbeat.interval.ms": ("15000", INT),
     "transaction.max.timeout.ms": ("900000", INT),
+    "transactional.id.expiration.ms": ("604800000", INT),
     "group.min.session.timeout.ms": ("6000", INT),
     "group.max.session.timeout.ms": ("1800000", INT),
     "group.initial.rebalance.delay.ms": ("3000", INT),
@@ -101,6 +102,7 @@ RAFKA_VALUES: dict[str, Callable[[Any], str]] = {  # where rafka's value comes f
     "offsets.retention.check.interval.ms": lambda c: str(c.offsets_retention_check_interval_ms),
     "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
     "connections.max.reauth.ms": lambda c: str(c.connections_max_reauth_ms),
+    "transactional.id.expiration.ms": lambda c: str(c.transactional_id_expiration_ms),
 }
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 4, 5  # DescribeConfigs config_source
 

@@ -10,7 +10,7 @@ from typing import Any
 from rafka.rail import Op
 from rafka.shard.handlers import ShardState
 from rafka.shard.records import Record, RecordType
-from rafka.shard.txn.coordinator import TransactionCoordinator
+from rafka.shard.txn.coordinator import TRANSACTIONAL_ID_EXPIRATION_MS, TransactionCoordinator
 from rafka.shard.txn.participant import TxnOffsets, TxnParticipant
 
 Respond = Callable[[Any], None]
@@ -24,10 +24,10 @@ def _handler(fn: Callable[[str, Any, int], tuple[list[Record], Any]]) -> Callabl
     return handle
 
 
-def install(state: ShardState, logs: Any) -> TransactionCoordinator:
+def install(state: ShardState, logs: Any, *, expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS) -> TransactionCoordinator:
     """Register the transaction ops and record types on ``state`` (after the DataPlane)."""
     ids = logs.producer_ids
-    coordinator = TransactionCoordinator(ids.peek, ids.observe, partitions=ids.partitions)
+    coordinator = TransactionCoordinator(ids.peek, ids.observe, partitions=ids.partitions, expiration_ms=expiration_ms)
     offsets = TxnOffsets()
     participant = TxnParticipant(state.groups, logs, offsets)
     state.groups.txn_pending = offsets.has_pending

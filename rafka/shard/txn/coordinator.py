@@ -19,6 +19,12 @@ an epoch bump that fences the abandoned producer, as Kafka does — and lists
 every prepared transaction so a crash between the decision and the completion
 is always finished. InitProducerId for an id with an Ongoing transaction fences
 it the same way and answers CONCURRENT_TRANSACTIONS until it is complete.
+
+Expiration (Kafka's ``transactional.id.expiration.ms``): an id with no transaction in
+flight and no change for that long is removed by a tombstone, so ids that producers
+stop using do not pile up. ``sweep`` looks for them once per
+``EXPIRATION_CHECK_INTERVAL_MS`` (or per expiration time, if shorter); every other
+second it walks only the ids with a transaction in flight (``in_flight``).
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ S = TransactionState
 Result = tuple[list[Record], dict[str, Any]]
 MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms
 MAX_EPOCH = 32_767  # Short.MaxValue: past it a producer gets a new id
+TRANSACTIONAL_ID_EXPIRATION_MS = 604_800_000  # Kafka's transactional.id.expiration.ms (7 days)
+EXPIRATION_CHECK_INTERVAL_MS = 3_600_000  # Kafka's transaction.remove.expired.transaction.cleanup.interval.ms
+EXPIRABLE = frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT})  # no transaction in flight
 
 
 class Errors:
@@ -64,8 +73,12 @@ class TransactionCoordinator:
 
     def __init__(self, allocate_producer_id: Callable[[str, str, int], int], on_producer_id: Callable[[int], None] = lambda _: None,
                  *, max_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS,
-                 partitions: int = DEFAULT_COORDINATOR_PARTITIONS) -> None:
+                 partitions: int = DEFAULT_COORDINATOR_PARTITIONS,
+                 expiration_ms: int = TRANSACTIONAL_ID_EXPIRATION_MS) -> None:
         self.txns: dict[tuple[str, str], TransactionMetadata] = {}
+        self.in_flight: set[tuple[str, str]] = set()  # the ids in Ongoing or Prepare* (kept by ``replay``)
+        self.expiration_ms = expiration_ms
+        self.expiration_due_ms = 0  # when ``sweep`` next looks for expired ids (not state: a restart looks at once)
         self.partitions = partitions  # coordinator partitions: a group's offsets partition (DescribeTransactions)
         self.allocate_producer_id = allocate_producer_id  # (org, transactional id, now) → next unused id (pure peek)
         self.on_producer_id = on_producer_id  # replay saw an id: move the allocator past it
@@ -219,17 +232,30 @@ class TransactionCoordinator:
 
     def sweep(self, op: dict[str, Any], now_ms: int) -> Result:
         """Abort timed-out Ongoing transactions; list every prepared one older than ``min_age_ms``
-        (and those just aborted). Response ``{complete: [completion]}`` across organisations."""
+        (and those just aborted); when due, remove expired ids (``expire``). Response
+        ``{complete: [completion]}`` across organisations."""
         min_age = op.get("min_age_ms", 0)
         records, out = [], []
-        for (org_id, _tid), meta in sorted(self.txns.items()):
+        for key in sorted(self.in_flight):
+            meta = self.txns[key]
             if meta.state is S.ONGOING and now_ms - meta.start_ms > meta.timeout_ms:
                 fenced = self._fence(meta, now_ms, timed_out=True)
-                records.append(self._record(org_id, fenced))
-                out.append(completion(org_id, fenced))
+                records.append(self._record(key[0], fenced))
+                out.append(completion(key[0], fenced))
             elif meta.state in PREPARED and now_ms - meta.update_ms >= min_age:
-                out.append(completion(org_id, meta))
+                out.append(completion(key[0], meta))
+        if now_ms >= self.expiration_due_ms:
+            self.expiration_due_ms = now_ms + min(EXPIRATION_CHECK_INTERVAL_MS, self.expiration_ms)
+            records += self.expire(now_ms)
         return records, {"complete": out}
+
+    def expire(self, now_ms: int) -> list[Record]:
+        """Kafka's removeExpiredTransactionalIds: a tombstone for every id with no transaction in
+        flight whose last change is ``expiration_ms`` old; its producer id goes with it, so a
+        producer using it again is refused (INVALID_PRODUCER_ID_MAPPING) until it re-initialises."""
+        cutoff = now_ms - self.expiration_ms
+        return [Record(RecordType.TXN_METADATA, key, None) for key, meta in sorted(self.txns.items())
+                if meta.state in EXPIRABLE and meta.update_ms <= cutoff]
 
     # ------------------------------------------------------------- operators
     def describe(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
@@ -275,11 +301,17 @@ class TransactionCoordinator:
     def replay(self, record: Record) -> None:
         """Install one ``TXN_METADATA`` record (the only code that changes ``txns``)."""
         org_id, tid = record.key
+        key = (org_id, tid)
         if record.value is None:
-            self.txns.pop((org_id, tid), None)
+            self.txns.pop(key, None)
+            self.in_flight.discard(key)
             return
         meta = TransactionMetadata.from_value(tid, record.value)
-        self.txns[(org_id, tid)] = meta
+        self.txns[key] = meta
+        if meta.state in EXPIRABLE:
+            self.in_flight.discard(key)
+        else:
+            self.in_flight.add(key)
         self.on_producer_id(meta.producer_id)
 
     def stats(self) -> dict[str, int]:

@@ -29,7 +29,7 @@ class TransactionState(Enum):
     PREPARE_ABORT = "PrepareAbort"  # decided: abort markers are being written
     COMPLETE_COMMIT = "CompleteCommit"  # every participant has its commit marker
     COMPLETE_ABORT = "CompleteAbort"  # every participant has its abort marker
-    DEAD = "Dead"  # expired (never entered here yet)
+    DEAD = "Dead"  # Kafka's state while an expired id is removed (here its tombstone removes it at once)
 
 
 S = TransactionState
