@@ -13,8 +13,9 @@ per group (``kafka_consumergroup_members``) and log end offsets. A shard under t
 supervisor writes this collector's output to ``<multiproc dir>/state-shard-K.prom``
 every few seconds; the metrics endpoint merges those files and joins committed
 offsets with log end offsets into ``kafka_consumergroup_lag`` (a group and the
-logs it reads usually live on different shards). Per-partition series are capped
-so a shard with a million offsets does not emit a million series.
+logs it reads usually live on different shards). Per-partition and per-group series
+are capped (``MAX_SERIES`` each) so a shard with a million offsets or groups does not
+emit a million series.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from prometheus_client.registry import Collector
 
 from rafka.telemetry import LATENCY_BUCKETS, RequestMeter, RequestTally
 
-MAX_PARTITION_SERIES = 5000
+MAX_SERIES = 5000
 LAG_WINDOW = 30  # 1 s measurements the loop lag gauge holds its largest of: two 15 s scrapes
 
 
@@ -101,7 +102,7 @@ class StateCollector(Collector):
         members = GaugeMetricFamily("kafka_consumergroup_members", "Members per consumer group",
                                     labels=["org", "consumergroup"])
         kip848 = groups.consumer.groups if groups.consumer is not None else {}
-        for (org, gid), group in [*groups.groups.items(), *kip848.items()]:
+        for (org, gid), group in itertools.islice(itertools.chain(groups.groups.items(), kip848.items()), MAX_SERIES):
             members.add_metric([org, gid], len(group.members))
         yield members
 
@@ -110,7 +111,7 @@ class StateCollector(Collector):
         store = groups.offsets
         committed = ((org, gid, topic, partition, entry[0]) for org, gid in store.group_keys()
                      for topic in store.topics(org, gid) for partition, entry in store.partitions(org, gid, topic))
-        for org, gid, topic, partition, offset in itertools.islice(committed, MAX_PARTITION_SERIES):
+        for org, gid, topic, partition, offset in itertools.islice(committed, MAX_SERIES):
             current.add_metric([org, gid, topic, str(partition)], offset)
         yield current
 
@@ -121,7 +122,7 @@ class StateCollector(Collector):
         logs = getattr(self.state, "data", None)
         if logs is not None:
             for i, ((org, topic, partition), plog) in enumerate(list(logs.logs.logs.items())):
-                if i >= MAX_PARTITION_SERIES:
+                if i >= MAX_SERIES:
                     break
                 leo.add_metric([org, topic, str(partition)], plog.log_end_offset)
                 start.add_metric([org, topic, str(partition)], plog.log_start_offset)
