@@ -48,9 +48,14 @@ Recovery reads each stream in order and hands every record to the same
 streams roll at ``segment_bytes``; sealed segments are compacted in the
 background by key (the last value of each (type, key) survives, order kept, and
 deleted keys go altogether), so recovery time and disk are bounded by live state,
-not history. Data streams roll with their size and drop whole segments once the
-log start offset passes them, or once a compaction record (which holds the whole
-cleaned log below its offset, and starts a segment of its own) supersedes them. A
+not history. Data streams roll with their size, and where the partition log starts a
+segment (its ``segment.bytes`` or ``segment.ms``, the ``roll`` of a batch) once the
+stream's segment holds ``data_roll_bytes``: so retention frees disk as it frees the
+log's segments, give or take that much per partition, and a topic with a short
+``segment.ms`` and little traffic does not make a file per batch. They drop whole
+segments once the log start offset passes them, or once a compaction record (which
+holds the whole cleaned log below its offset, and starts a segment of its own)
+supersedes them. A
 data stream whose last record drops its log (the topic deleted) is closed and its
 files and directory removed once the commit that wrote the drop is durable (with
 it, the meta record that remembers the deleted incarnation); sealed segments go
@@ -169,8 +174,8 @@ class Wal:
     """All streams of one shard, with the fsync policy."""
 
     def __init__(self, data_dir: str | Path, owned_partitions: set[int], partitions: int, *, fsync: str = "batch",
-                 segment_bytes: int = 64 * 1024 * 1024, linger_ms: float = 0.0,
-                 inline_fsync_under_ms: float = 1.0) -> None:
+                 segment_bytes: int = 64 * 1024 * 1024, data_roll_bytes: int = 1024 * 1024,
+                 linger_ms: float = 0.0, inline_fsync_under_ms: float = 1.0) -> None:
         if fsync not in ("always", "batch", "never"):
             raise ValueError(f"unknown fsync policy {fsync!r}")
         self.root = Path(data_dir)
@@ -178,6 +183,7 @@ class Wal:
         self.partitions = partitions
         self.fsync = fsync
         self.segment_bytes = segment_bytes
+        self.data_roll_bytes = data_roll_bytes  # a data stream rolls with its log's segments past this size
         self.linger = linger_ms / 1000.0
         self.inline_fsync_under = inline_fsync_under_ms / 1000.0  # batch: passes expected shorter run in place
         self.fsync_seconds = 0.0  # moving average of one stream's fsync (batch: where the next pass runs)
@@ -306,7 +312,10 @@ class Wal:
                 continue
             # a compaction starts a segment: what came before it is sealed, so once it is durable the
             # segments it supersedes can go and the stream's files follow the live keys
-            s.append(recs, entry, roll=any(r.type == RecordType.PARTITION_COMPACTED for r in recs))
+            roll = any(r.type == RecordType.PARTITION_COMPACTED for r in recs) or (
+                s.size >= self.data_roll_bytes
+                and any(r.type == RecordType.PARTITION_BATCH and r.value.get("roll") for r in recs))
+            s.append(recs, entry, roll=roll)
             self._written.add(s)
             for r in recs:
                 if r.type == RecordType.PARTITION_TRUNCATE and r.value is not None:

@@ -461,3 +461,54 @@ def test_a_damaged_entry_that_good_entries_follow_is_cut_as_kafka_does_and_kept_
     assert line.levelname == "ERROR"
     again = after.restart()  # the side file is not read back
     assert again.state()[1] == 1 and not [r for r in caplog.records if "ignored" in r.getMessage()]
+
+
+@pytest.mark.parametrize("roll", ["segment.bytes", "segment.ms"])
+def test_retention_frees_disk_with_the_logs_segments_not_at_the_wals_size(tmp_path: Path, roll: str) -> None:
+    """A data stream rolls where its partition log starts a segment (once past ``data_roll_bytes``),
+    so retention by bytes or time frees disk as the log's segments go: a resource probe saw
+    ``retention.bytes`` 2 MB topics hold 56–67 MB per partition, the WAL's 64 MiB segment size."""
+    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never", data_roll_bytes=3_000)
+    logs = LogManager(coordinator_partitions=PARTITIONS)
+    configs = {"retention.bytes": "10000", "segment.bytes": "4000"} if roll == "segment.bytes" else \
+        {"retention.ms": "5000", "segment.ms": "1000"}
+    now = 0
+    for i in range(200):  # 200 KB written, 1 KB a batch, 100 ms apart
+        now = i * 100
+        data = build_batch([SimpleRecord(b"k", b"v" * 1000, now)])
+        records = logs.produce(ORG, {"acks": -1, "partitions": [
+            {"topic": "t", "partition": 0, "records": data, "configs": configs}]}, now)[0]
+        if i % 10 == 9:
+            records += logs.retention(now)
+        wal.append(records)
+        for r in records:
+            logs.replay(r)
+        wal.commit()
+    wal.close()
+    held = sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.wal"))
+    kept = logs.logs[(ORG, "t", 0)].size
+    assert kept <= 80_000 and held <= kept + 10_000, f"{held} bytes of WAL for a log holding {kept}"
+    fresh = LogManager(coordinator_partitions=PARTITIONS)
+    for records in Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never").recover():
+        for r in records:
+            fresh.replay(r)
+    before, after = logs.logs[(ORG, "t", 0)], fresh.logs[(ORG, "t", 0)]
+    assert (after.log_start_offset, after.log_end_offset) == (before.log_start_offset, before.log_end_offset)
+    assert [b for s in after.segments for b in s.batches if parse_header(b).base_offset >= after.log_start_offset
+            ] == [b for s in before.segments for b in s.batches if parse_header(b).base_offset >= before.log_start_offset]
+
+
+def test_a_short_segment_ms_does_not_make_a_file_per_batch(tmp_path: Path) -> None:
+    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never")  # rolls with the log past 1 MiB
+    logs = LogManager(coordinator_partitions=PARTITIONS)
+    for i in range(50):
+        data = build_batch([SimpleRecord(b"k", b"v" * 100, i * 10)])
+        records = logs.produce(ORG, {"acks": -1, "partitions": [
+            {"topic": "t", "partition": 0, "records": data, "configs": {"segment.ms": "1"}}]}, i * 10)[0]
+        assert records[0].value["roll"] or i == 0, "every batch starts a segment of the log"
+        wal.append(records)
+        for r in records:
+            logs.replay(r)
+        wal.commit()
+    wal.close()
+    assert len(list((tmp_path / "logs").rglob("*.wal"))) == 1
