@@ -11,7 +11,7 @@ from rafka.protocol.records import INT32_MAX, SimpleRecord, build_batch
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.manager import LogManager
 from rafka.shard.log.partition import PartitionLog
-from rafka.shard.log.producers import PARTITION_BITS, PRODUCER_ID_EXPIRATION_MS, ProducerIdManager
+from rafka.shard.log.producers import LATEST_ALLOCATION, PARTITION_BITS, PRODUCER_ID_EXPIRATION_MS, ProducerIdManager
 from rafka.shard.records import Record, RecordType
 
 ORG = "acme"
@@ -58,7 +58,19 @@ def test_init_producer_id_allocates_new_ids_under_the_orgs_producer_id_partition
     partition = ids.coordinator_partition(ORG, ids.PRODUCER_IDS_KEY, ids.DEFAULT_COORDINATOR_PARTITIONS)
     assert all(pid & ((1 << PARTITION_BITS) - 1) == partition for pid in got)
     assert ctx.init(producer_id=got[0], producer_epoch=0)["producer_id"] not in got  # always a new id (KIP-360)
-    assert ctx.records[0] == Record(RecordType.PRODUCER_STATE, (ORG, got[0]), {"producer_epoch": 0, "allocated_ms": 5})
+    assert ctx.records[0] == Record(RecordType.PRODUCER_STATE, (ORG, LATEST_ALLOCATION),
+                                    {"producer_id": got[0], "allocated_ms": 5})
+
+
+def test_allocations_keep_one_record_per_org_however_many_producers_start() -> None:
+    """Kafka keeps no state per allocated id (it hands out blocks); one record per InitProducerId,
+    kept for producer.id.expiration.ms, made a resource probe's shard grow ~240 B per producer."""
+    ctx = Ctx()
+    got = [ctx.init(now_ms=1_000 + i // 7)["producer_id"] for i in range(1_000)]
+    assert {r.key for r in ctx.records} == {(ORG, LATEST_ALLOCATION)} and ctx.manager.producer_ids.allocated == {}
+    compacted = ProducerIdManager()  # compaction keeps the last record of a key
+    compacted.replay(ctx.records[-1])
+    assert compacted.init_producer_id(ORG, {}, 0)[1]["producer_id"] > max(got), "even with the clock stepped back"
 
 
 def test_whichever_shard_replays_a_partitions_allocations_continues_past_them() -> None:
@@ -196,8 +208,10 @@ def test_idle_producers_expire_on_each_partition() -> None:
 
 
 def test_old_allocations_are_dropped_and_their_ids_stay_taken() -> None:
+    """Per-allocation records, as older versions wrote them, still replay and still go."""
     ctx = Ctx()
-    old = ctx.init(now_ms=1_000)["producer_id"]
+    old = ctx.manager.producer_ids.peek(ORG, ids.PRODUCER_IDS_KEY, 1_000)
+    ctx.apply([Record(RecordType.PRODUCER_STATE, (ORG, old), {"producer_epoch": 0, "allocated_ms": 1_000})])
     assert ctx.manager.retention(1_000 + PRODUCER_ID_EXPIRATION_MS - 1) == []
     tombstones = ctx.manager.retention(1_000 + PRODUCER_ID_EXPIRATION_MS)
     assert tombstones == [Record(RecordType.PRODUCER_STATE, (ORG, old), None)]

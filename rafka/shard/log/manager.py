@@ -22,9 +22,10 @@ Records (key ``(org, topic, partition)`` unless noted):
 * ``TOPIC_DROPPED`` key ``(org, topic, coordinator partition)``: the newest incarnation of
   the topic deleted on this shard (a meta record, one per coordinator partition the
   topic's logs here belong to, so it moves with them when the shard count changes).
-* ``PRODUCER_STATE`` key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``
-  allocates an id; ``None`` drops the allocation once it is older than
-  ``producer.id.expiration.ms`` (a meta record of the org's producer-id partition).
+* ``PRODUCER_STATE`` key ``(org, -1)``: ``{producer_id, allocated_ms}``, the org's last
+  idempotent allocation (a meta record of the org's producer-id partition). Older versions
+  wrote key ``(org, producer_id)``: ``{producer_epoch, allocated_ms}``, one per allocation;
+  ``None`` drops such a record once it is older than ``producer.id.expiration.ms``.
 * ``PARTITION_COMPACTED`` ``{upto, segments, ...}`` plus what ``PARTITION_TRUNCATE`` carries:
   a clean (``rafka.shard.log.cleaner``), the whole cleaned log below ``upto``.
 * ``PRODUCERS_EXPIRED`` key ``(org, topic, partition)``: ``[producer ids]`` the

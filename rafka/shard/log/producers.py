@@ -5,13 +5,16 @@ How this works (Kafka's ProducerStateManager / ProducerAppendInfo / ProducerStat
 * ``ProducerIdManager`` answers InitProducerId without a transactional id with a
   fresh id and epoch 0. Ids are ``(counter << PARTITION_BITS) | partition``, where
   ``partition`` is the coordinator partition whose WAL stream records the
-  allocation: an idempotent producer's ``PRODUCER_STATE`` record ``(org,
-  producer_id) -> {producer_epoch, allocated_ms}`` goes to the org's
-  ``"\0producer-ids"`` partition, a transactional producer's to its transactional
-  id's. Whichever shard owns a partition replays every allocation made in it, so
-  ids stay unique across restarts and when ``--shards`` changes; the counter
-  never falls below the clock in ms, so an allocation record dropped when its
-  producer expired cannot let its id be handed out again.
+  allocation: an idempotent producer's in the org's ``PRODUCER_STATE`` record
+  ``(org, LATEST_ALLOCATION) -> {producer_id, allocated_ms}`` (one key per org, so
+  compaction keeps one record however many producers start, as Kafka's blocks of
+  ids keep no state per producer), in the org's ``"\0producer-ids"`` partition; a
+  transactional producer's in its transactional id's. Whichever shard owns a
+  partition replays every allocation made in it, so ids stay unique across
+  restarts and when ``--shards`` changes; the counter never falls below the clock
+  in ms either. (Older versions wrote one record per allocation, ``(org,
+  producer_id) -> {producer_epoch, allocated_ms}``; those still replay, and go
+  once ``producer.id.expiration.ms`` old.)
 * Each partition keeps a ``ProducerStateManager``: for every producer id, its
   epoch and the metadata of its last 5 batches (first/last sequence, offsets).
   ``check_append`` validates an incoming batch without changing anything:
@@ -24,9 +27,8 @@ How this works (Kafka's ProducerStateManager / ProducerAppendInfo / ProducerStat
   state is rebuilt from ``PARTITION_BATCH`` records exactly as Kafka rebuilds it
   from the log.
 * A producer idle on a partition longer than ``producer.id.expiration.ms`` is
-  forgotten there through a ``PRODUCERS_EXPIRED`` record in that partition's stream,
-  and its allocation record through a ``PRODUCER_STATE`` tombstone once it is that
-  old (see ``LogManager.retention``).
+  forgotten there through a ``PRODUCERS_EXPIRED`` record in that partition's stream
+  (see ``LogManager.retention``).
 """
 
 from __future__ import annotations
@@ -173,6 +175,9 @@ class ProducerStateManager:
             self.entries[pid] = ProducerStateEntry(pid, epoch, metas, last_append_ms, last_timestamp, coordinator_epoch)
 
 
+LATEST_ALLOCATION = -1  # the key of an org's allocation record (a producer id is never negative)
+
+
 class ProducerIdManager:
     """Allocates producer ids that are unique across shards, restarts and reshards."""
 
@@ -194,7 +199,8 @@ class ProducerIdManager:
         if op.get("transactional_id") is not None:
             return [], {"error_code": Errors.UNSUPPORTED_VERSION, "producer_id": -1, "producer_epoch": -1}
         producer_id = self.peek(org_id, ids.PRODUCER_IDS_KEY, now_ms)
-        record = Record(RecordType.PRODUCER_STATE, (org_id, producer_id), {"producer_epoch": 0, "allocated_ms": now_ms})
+        record = Record(RecordType.PRODUCER_STATE, (org_id, LATEST_ALLOCATION),
+                        {"producer_id": producer_id, "allocated_ms": now_ms})
         return [record], {"error_code": Errors.NONE, "producer_id": producer_id, "producer_epoch": 0}
 
     def peek(self, org_id: str, key: str, now_ms: int) -> int:
@@ -210,13 +216,17 @@ class ProducerIdManager:
             self.next_counter[partition] = max(self.next_counter.get(partition, 0), (producer_id >> PARTITION_BITS) + 1)
 
     def expired(self, now_ms: int, expiration_ms: int) -> list[tuple[str, int]]:
-        """The allocations older than ``expiration_ms``, for tombstones: the clock-based counter
-        no longer needs them, and the producer has expired on every partition by then."""
+        """Per-allocation records (written by older versions) older than ``expiration_ms``, for
+        tombstones: the producer has expired on every partition by then."""
         return sorted(k for k, ms in self.allocated.items() if now_ms - ms >= expiration_ms)
 
     def replay(self, record: Record) -> None:
         """Move the counter past an allocated idempotent producer id, or forget an old allocation
         (a tombstone; those written before partitions expired their own producers are read alike)."""
+        if record.key[1] == LATEST_ALLOCATION:
+            if record.value is not None:
+                self.observe(record.value["producer_id"])
+            return
         key = (record.key[0], record.key[1])
         self.observe(key[1])  # a tombstone too: compaction may leave only it
         if record.value is None:
