@@ -558,40 +558,34 @@ def test_transactional_ids_unused_past_their_expiration_are_removed(tmp_path: Pa
     for that long (it was kept forever: memory, WAL and sweep time grew with every id ever
     used), it stays removed after a restart, and the same id starts afresh."""
     b = Rafka(tmp_path / "data", shards=SHARDS, extra=["--transactional-id-expiration-ms", "1500"]).start()
-    try:
-        _src, dst, _group, tid = _names()
-        create_topic(b.bootstrap, dst, 1)
+
+    def commit_one(value: bytes) -> None:
         p = _producer(b.bootstrap, tid)
         p.init_transactions(15)
         p.begin_transaction()
-        p.produce(dst, value=b"x")
+        p.produce(dst, value=value)
         p.commit_transaction(15)
+
+    def described() -> dict[str, Any]:
         with RawClient("127.0.0.1", b.port) as c:
-            [d] = c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"]
-        assert d["transaction_state"] == "CompleteCommit"
-        pid = d["producer_id"]
-        p.flush(5)
-        del p
+            return c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"][0]  # type: ignore[no-any-return]
 
-        def described() -> int:
-            with RawClient("127.0.0.1", b.port) as c:
-                return c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"][0]["error_code"]
-
+    try:
+        _src, dst, _group, tid = _names()
+        create_topic(b.bootstrap, dst, 1)
+        commit_one(b"x")
+        first = described()
+        assert first["transaction_state"] == "CompleteCommit"
         deadline = time.monotonic() + 15  # expiration 1.5 s, checked every 1.5 s, swept every second
-        while described() == 0 and time.monotonic() < deadline:
+        while described()["error_code"] == 0 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert described() == 105, "TRANSACTIONAL_ID_NOT_FOUND once expired"
+        assert described()["error_code"] == 105, "TRANSACTIONAL_ID_NOT_FOUND once expired"
         b.stop()
         b.start()
-        assert described() == 105, "still gone after a restart"
-        again = _producer(b.bootstrap, tid)
-        again.init_transactions(15)
-        again.begin_transaction()
-        again.produce(dst, value=b"y")
-        again.commit_transaction(15)
-        with RawClient("127.0.0.1", b.port) as c:
-            [d] = c.request(65, 0, {"transactional_ids": [tid]})["transaction_states"]
-        assert d["transaction_state"] == "CompleteCommit" and d["producer_id"] != pid
+        assert described()["error_code"] == 105, "still gone after a restart"
+        commit_one(b"y")
+        again = described()
+        assert again["transaction_state"] == "CompleteCommit" and again["producer_id"] != first["producer_id"]
         assert _read(b.bootstrap, dst, 1, "read_committed", expected=2) == [b"x", b"y"]
     finally:
         b.stop()
