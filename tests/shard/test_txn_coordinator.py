@@ -162,7 +162,7 @@ def test_ids_unused_for_the_expiration_time_are_removed_and_only_those() -> None
     expiration time if shorter), not on every sweep."""
     ctx = TxnCtx()
     ctx.coord.expiration_ms = expiration = 10_000
-    idle = ctx.init("idle")["producer_id"]
+    ctx.init("idle")
     done = ctx.init("done")["producer_id"]
     ctx.add(done, 0, ("t", 0), tid="done")
     ctx.complete(ctx.end(done, 0, True, tid="done")["complete"])
@@ -199,9 +199,43 @@ def test_a_sweep_walks_only_the_ids_with_a_transaction_in_flight() -> None:
     ctx.add(pid, 0, ("t", 0), tid="busy")
     assert ctx.coord.in_flight == {(ORG, "busy")}
     complete = ctx.end(pid, 0, False, tid="busy")["complete"]
+    ctx.sweep()  # the first looks for expired ids too; the next ones, for an hour, do not
+
+    class Untouchable:
+        def __getattr__(self, name: str) -> None:
+            raise AssertionError(f"a sweep read {name} of an id with no transaction in flight")
+
+    for i in range(50):
+        ctx.coord.txns[(ORG, f"idle-{i}")] = Untouchable()  # type: ignore[assignment]
+    ctx.now += 3_000_000
     assert ctx.coord.in_flight == {(ORG, "busy")} and ctx.sweep() == [complete]
     ctx.complete(complete)
     assert ctx.coord.in_flight == set() and ctx.sweep() == []
+
+
+def test_an_id_allocated_ahead_of_the_clock_outlives_its_expiration_until_the_clock_passes_it() -> None:
+    """Ids are the partition's counter, never below the clock; a burst of InitProducerIds runs the
+    counter ahead of it. The counter comes back after a restart from the records left, so a
+    record whose id is ahead of the clock must stay, or compaction (which drops tombstones) and a
+    restart would hand its id out again while partitions still know that producer."""
+    ctx = TxnCtx()
+    ctx.coord.expiration_ms = 1_000
+    tids = [f"burst-{i}" for i in range(3_000)]  # one coordinator partition, one millisecond: 3,000 ids
+    ctx.coord.allocate_producer_id = lambda org, _tid, now: ctx.ids.peek(org, "burst", now)
+    pids = [ctx.init(t)["producer_id"] for t in tids]
+    ctx.now += 2_000
+    ctx.sweep()
+    left = {tid for _org, tid in ctx.coord.txns}
+    assert 0 < len(left) < len(tids), "those the clock has passed go; the ones ahead stay"
+    survivors = {r.key: r for r in ctx.log}  # a compaction: the last record of each key, no tombstones
+    restarted = TxnCtx()
+    for r in survivors.values():
+        if r.value is not None:
+            restarted.coord.replay(r)
+    assert restarted.ids.peek(ORG, "burst", ctx.now) > max(pids), "no id handed out again"
+    ctx.now += 3_000
+    ctx.sweep()
+    assert ctx.coord.txns == {}, "and they go once the clock has passed them"
 
 
 def test_a_retried_epoch_bump_gets_the_same_epoch_and_a_stale_one_is_fenced() -> None:

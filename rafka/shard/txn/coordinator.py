@@ -23,8 +23,11 @@ it the same way and answers CONCURRENT_TRANSACTIONS until it is complete.
 Expiration (Kafka's ``transactional.id.expiration.ms``): an id with no transaction in
 flight and no change for that long is removed by a tombstone, so ids that producers
 stop using do not pile up. ``sweep`` looks for them once per
-``EXPIRATION_CHECK_INTERVAL_MS`` (or per expiration time, if shorter); every other
-second it walks only the ids with a transaction in flight (``in_flight``).
+``EXPIRATION_CHECK_INTERVAL_MS`` (or per expiration time, if shorter); its other passes
+walk only the ids with a transaction in flight (``in_flight``). The removed record
+held the producer id, which kept the partition's id counter past it across restarts;
+so an id is removed only once its counter is that old too, when the clock alone keeps
+the counter past it (a burst of allocations runs the counter ahead of the clock).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rafka.ids import DEFAULT_COORDINATOR_PARTITIONS, coordinator_partition
+from rafka.shard.log.producers import PARTITION_BITS
 from rafka.shard.records import Record, RecordType
 from rafka.shard.txn.state import PREPARED, TransactionMetadata, TransactionState
 
@@ -254,8 +258,9 @@ class TransactionCoordinator:
         flight whose last change is ``expiration_ms`` old; its producer id goes with it, so a
         producer using it again is refused (INVALID_PRODUCER_ID_MAPPING) until it re-initialises."""
         cutoff = now_ms - self.expiration_ms
-        return [Record(RecordType.TXN_METADATA, key, None) for key, meta in sorted(self.txns.items())
-                if meta.state in EXPIRABLE and meta.update_ms <= cutoff]
+        expired = [key for key, meta in self.txns.items() if meta.state in EXPIRABLE and meta.update_ms <= cutoff
+                   and meta.producer_id >> PARTITION_BITS <= cutoff]
+        return [Record(RecordType.TXN_METADATA, key, None) for key in sorted(expired)]
 
     # ------------------------------------------------------------- operators
     def describe(self, org_id: str, op: dict[str, Any]) -> dict[str, Any]:
