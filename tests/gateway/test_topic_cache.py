@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rafka.gateway.handlers.topics import TopicCache
 
 
@@ -100,3 +102,61 @@ def test_the_last_listing_survives_invalidation_and_purges_and_learns_deletions(
     cache.listed("o", [{"name": "t1", "topic_id": "id-1", "partitions": 1}])  # the rest deleted elsewhere
     assert [t["name"] for t in cache.last_known("o", None) or []] == ["t1"]
     assert ("o", "id-2") not in cache._by_id and ("o", "t2") not in cache._by_name
+
+
+def test_ids_cost_one_listing_per_request_and_unknown_ones_none_for_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OffsetCommit/OffsetFetch v10 and Fetch v13+ name topics by id. Ids without a fresh entry are
+    looked up together, and an id the listing lacks (a deleted topic's, which a consumer that
+    missed the deletion names in every commit and fetch) is not listed again for ``ttl``; while
+    the catalogue cannot answer, the last listing does."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from rafka.gateway.handlers import topics as handlers
+    from rafka.gateway.router import ShardUnavailable
+
+    listing = [{"name": "a", "topic_id": "id-a", "partitions": 1}, {"name": "b", "topic_id": "id-b", "partitions": 2}]
+    calls: list[object] = []
+    down = False
+
+    async def catalog_call(ctx: object, op: object, payload: dict[str, object]) -> dict[str, object]:
+        calls.append(payload)
+        if down:
+            raise ShardUnavailable("catalogue shard down")
+        return {"topics": listing}
+
+    async def passthrough(aw: object) -> object:
+        return await aw  # type: ignore[misc]
+
+    monkeypatch.setattr(handlers, "catalog_call", catalog_call)
+    cache = TopicCache(ttl=60)
+    ctx = SimpleNamespace(org_id="o", before_op=passthrough)
+    got = asyncio.run(cache.by_ids(ctx, ["id-a", "id-x", "id-y", "id-a"]))  # type: ignore[arg-type]
+    assert got == {"id-a": listing[0], "id-x": None, "id-y": None} and len(calls) == 1
+    assert asyncio.run(cache.by_ids(ctx, ["id-y", "id-b", "id-x"]))["id-b"] == listing[1]  # type: ignore[arg-type]
+    assert len(calls) == 1, "known and known-unknown ids ask nothing"
+    down = True
+    cache = TopicCache(ttl=0)
+    with pytest.raises(ShardUnavailable):
+        asyncio.run(cache.by_ids(ctx, ["id-a"]))  # type: ignore[arg-type]
+    cache.listed("o", listing)
+    got = asyncio.run(cache.by_ids(ctx, ["id-b", "id-z"]))  # type: ignore[arg-type]
+    assert got["id-b"] is not None and got["id-b"]["name"] == "b" and "confirmed_at" in got["id-b"]
+    assert got["id-z"] is None
+
+
+def test_an_offset_fetch_v10_of_every_topic_leaves_out_topics_that_no_longer_exist() -> None:
+    import asyncio
+    import uuid
+    from types import SimpleNamespace
+
+    from rafka.gateway.handlers.groups import _with_topic_ids
+
+    class Cache:
+        async def lookup(self, ctx: object, names: list[str], auto_create: bool) -> dict[str, object]:
+            return {"kept": {"name": "kept", "topic_id": str(uuid.UUID(int=7))}, "gone": None}
+
+    ctx = SimpleNamespace(org_id="o", gateway=SimpleNamespace(topic_cache=Cache()))
+    answer = [{"name": "kept", "partitions": []}, {"name": "gone", "partitions": []}]
+    assert asyncio.run(_with_topic_ids(ctx, answer, None)) == [  # type: ignore[arg-type]
+        {"name": "kept", "partitions": [], "topic_id": uuid.UUID(int=7)}]

@@ -248,8 +248,9 @@ async def _resolve_fetch_topics(ctx: RequestContext, req: dict[str, Any]) -> lis
     out = []
     cache = topic_cache(ctx)
     if ctx.api_version >= 13:
+        by_id = await cache.by_ids(ctx, [str(t["topic_id"]) for t in req["topics"]])
         for t in req["topics"]:
-            info = await cache.by_id(ctx, str(t["topic_id"]))
+            info = by_id[str(t["topic_id"])]
             out.append((t, info["name"] if info else None, t["topic_id"], info or {}))
     else:
         infos = await cache.lookup(ctx, [t["topic"] for t in req["topics"]], False)

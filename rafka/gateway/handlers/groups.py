@@ -91,13 +91,14 @@ async def _named_by_id(ctx: RequestContext, topics: list[dict[str, Any]]
     looked up in the topic cache: (the topics whose id a topic has, named as earlier versions
     name them; their ids by name; the others, whose partitions Kafka answers UNKNOWN_TOPIC_ID).
     Offsets are kept by name, as before."""
-    cache = topic_cache(ctx)
+    known = [str(t["topic_id"]) for t in topics if t.get("topic_id")]  # the zero id is None here
+    infos = await topic_cache(ctx).by_ids(ctx, known) if known else {}
     named: list[dict[str, Any]] = []
     ids: dict[str, uuid.UUID] = {}
     unknown: list[dict[str, Any]] = []
     for t in topics:
         topic_id = t.get("topic_id")
-        info = await cache.by_id(ctx, str(topic_id)) if topic_id else None
+        info = infos.get(str(topic_id)) if topic_id else None
         if info is None:
             unknown.append(t)
         else:

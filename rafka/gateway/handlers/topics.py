@@ -111,8 +111,9 @@ async def metadata(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
                 if names is None:
                     topic_cache(ctx).listed(ctx.org_id, resp["topics"])
             topics = [_topic_entry(ctx, t, operations) for t in resp["topics"]]
+        found_by_id = await topic_cache(ctx).by_ids(ctx, [str(i) for i in by_id]) if by_id else {}
         for topic_id in by_id:
-            found = await topic_cache(ctx).by_id(ctx, str(topic_id))
+            found = found_by_id[str(topic_id)]
             if found is None:
                 topics.append({"error_code": Err.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id,
                                "partitions": [], "is_internal": False,
@@ -166,6 +167,7 @@ class TopicCache:
         self.ttl = ttl
         self._by_name: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._by_id: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._unknown_ids: dict[tuple[str, str], float] = {}  # ids a fresh listing lacked, until when
         # org -> {name: (when the catalogue last confirmed it, topic)}: its last full listing, kept current
         self._listings: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
         self._purge_at = 1024
@@ -240,21 +242,48 @@ class TopicCache:
             known.append({**entry[1], "confirmed_at": entry[0]})
         return known
 
-    async def by_id(self, ctx: RequestContext, topic_id: str) -> dict[str, Any] | None:
-        """Topic info by id (refreshes the whole organisation's list on a miss)."""
-        now = time.monotonic()
-        hit = self._by_id.get((ctx.org_id, topic_id))
-        if hit and hit[0] > now:
-            return hit[1]
+    async def by_ids(self, ctx: RequestContext, topic_ids: list[str]) -> dict[str, dict[str, Any] | None]:
+        """Topic info by id (None: no such topic). The ids without a fresh entry cost one listing
+        of the organisation's topics together, and an id that listing lacks is remembered as
+        unknown for ``ttl``: a client naming a deleted topic's ids in every request does not
+        make a listing each time. While the catalogue cannot answer, the last known entries
+        and listing answer (ShardUnavailable if the organisation was never listed)."""
+        org, now = ctx.org_id, time.monotonic()
+        out: dict[str, dict[str, Any] | None] = {}
+        missing = []
+        for topic_id in dict.fromkeys(topic_ids):
+            hit = self._by_id.get((org, topic_id))
+            if hit and hit[0] > now:
+                out[topic_id] = hit[1]
+            elif self._unknown_ids.get((org, topic_id), 0.0) > now:
+                out[topic_id] = None
+            else:
+                missing.append(topic_id)
+        if not missing:
+            return out
         try:
             resp = await ctx.before_op(catalog_call(ctx, Op.LIST_TOPICS, {"names": None, "auto_create": False}))
         except ShardUnavailable:
-            if hit:  # the catalogue's shard is down: the last known entry
-                return {**hit[1], "confirmed_at": hit[0] - self.ttl}
-            raise
-        self.listed(ctx.org_id, resp["topics"])
-        hit = self._by_id.get((ctx.org_id, topic_id))
-        return hit[1] if hit else None
+            listing = self._listings.get(org)
+            for topic_id in missing:
+                hit = self._by_id.get((org, topic_id))
+                if hit is not None:
+                    out[topic_id] = {**hit[1], "confirmed_at": hit[0] - self.ttl}
+                elif listing is None:
+                    raise
+                else:
+                    out[topic_id] = next(({**t, "confirmed_at": at} for at, t in listing.values()
+                                          if t.get("topic_id") == topic_id), None)
+            return out
+        self.listed(org, resp["topics"])
+        if len(self._unknown_ids) >= self._purge_at:
+            self._unknown_ids = {k: until for k, until in self._unknown_ids.items() if until > now}
+        for topic_id in missing:
+            hit = self._by_id.get((org, topic_id))
+            out[topic_id] = hit[1] if hit else None
+            if hit is None:
+                self._unknown_ids[(org, topic_id)] = now + self.ttl
+        return out
 
     def _store(self, org_id: str, t: dict[str, Any], now: float) -> None:
         if len(self._by_name) + len(self._by_id) >= self._purge_at:
