@@ -26,7 +26,7 @@ class RecordType(IntEnum):
     TOPIC = 10  # key (org, topic); value dict | None
     PARTITION_BATCH = 11  # key (org, topic, partition); value dict
     PARTITION_TRUNCATE = 12  # key (org, topic, partition); value dict (new log start)
-    PRODUCER_STATE = 13  # key (org, producer_id); value dict | None
+    PRODUCER_STATE = 13  # key (org, -1): the org's last allocated id (older: (org, producer_id)); value dict | None
     TXN_METADATA = 14  # key (org, transactional_id); value dict | None (rafka.shard.txn.state)
     TXN_OFFSET_COMMIT = 15  # key (org, group, producer_id, topic, partition); value dict | None (pending)
     TOPIC_DROPPED = 16  # key (org, topic, coordinator partition); value newest incarnation deleted (log.manager)

@@ -139,6 +139,7 @@ async def _offset_commit_by_id(ctx: RequestContext, req: dict[str, Any]) -> dict
         named, ids, unknown = await _named_by_id(ctx, req["topics"])
     except ShardUnavailable as exc:  # the catalogue's shard is down and the id is not cached
         return {"topics": [_commit_refused(t, coordinator_error(exc)) for t in req["topics"]]}
+    # named as earlier versions name them; the by-name path checks the partitions (a cache hit)
     resp = await _offset_commit_by_name(ctx, {**req, "topics": named}) if named else {"topics": []}
     for t in resp["topics"]:
         t["topic_id"] = ids[t["name"]]
