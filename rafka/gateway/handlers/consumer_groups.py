@@ -46,7 +46,14 @@ def compile_regex(regex: str) -> tuple[Any, str | None]:
         return None, f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {why}."
 
 
+_SUBSCRIPTIONS_CAP = 50_000  # groups whose subscriptions a gateway remembers (hints: relearnt on a miss)
+
+
 def _subscriptions(ctx: RequestContext) -> dict[tuple[str, str], dict[str, list[str]]]:
+    """What each group subscribes to, from the shard's last reply: the names and regexes to
+    resolve for the group's next heartbeat. An entry is only a hint (the shard keeps the last
+    metadata of names not resolved, and its next reply teaches the entry again), so a group
+    subscribed to nothing, or gone, loses its entry, and the map is emptied at a cap."""
     gw = ctx.gateway
     subs = getattr(gw, "consumer_group_subscriptions", None)
     if subs is None:
@@ -143,8 +150,13 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: dict[str, Any]) -> 
     except Exception as exc:
         return _error(coordinator_error(exc), None)
     subscribed = resp.pop("subscribed", None)
-    if subscribed is not None:
-        _subscriptions(ctx)[(ctx.org_id, group_id)] = subscribed
+    subscriptions = _subscriptions(ctx)
+    if subscribed and (subscribed.get("names") or subscribed.get("regexes")):
+        if len(subscriptions) >= _SUBSCRIPTIONS_CAP:
+            subscriptions.clear()
+        subscriptions[(ctx.org_id, group_id)] = subscribed
+    else:  # the group is gone, or subscribes to nothing
+        subscriptions.pop((ctx.org_id, group_id), None)
     assignment = resp.get("assignment")
     if assignment is not None:
         for tp in assignment["topic_partitions"]:
