@@ -50,8 +50,9 @@ background by key (the last value of each (type, key) survives, order kept, and
 deleted keys go altogether), so recovery time and disk are bounded by live state,
 not history. Data streams roll with their size, and where the partition log starts a
 segment (its ``segment.bytes`` or ``segment.ms``, the ``roll`` of a batch) once the
-stream's segment holds ``data_roll_bytes``: so retention frees disk as it frees the
-log's segments, give or take that much per partition, and a topic with a short
+stream's segment holds ``data_roll_bytes`` (512 KiB, half the smallest ``segment.bytes``
+Kafka allows, so a log rolling at 1 MiB rolls its stream each time): so retention frees
+disk as it frees the log's segments, give or take one, and a topic with a short
 ``segment.ms`` and little traffic does not make a file per batch. They drop whole
 segments once the log start offset passes them, or once a compaction record (which
 holds the whole cleaned log below its offset, and starts a segment of its own)
@@ -174,7 +175,7 @@ class Wal:
     """All streams of one shard, with the fsync policy."""
 
     def __init__(self, data_dir: str | Path, owned_partitions: set[int], partitions: int, *, fsync: str = "batch",
-                 segment_bytes: int = 64 * 1024 * 1024, data_roll_bytes: int = 1024 * 1024,
+                 segment_bytes: int = 64 * 1024 * 1024, data_roll_bytes: int = 512 * 1024,
                  linger_ms: float = 0.0, inline_fsync_under_ms: float = 1.0) -> None:
         if fsync not in ("always", "batch", "never"):
             raise ValueError(f"unknown fsync policy {fsync!r}")

@@ -499,7 +499,7 @@ def test_retention_frees_disk_with_the_logs_segments_not_at_the_wals_size(tmp_pa
 
 
 def test_a_short_segment_ms_does_not_make_a_file_per_batch(tmp_path: Path) -> None:
-    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never")  # rolls with the log past 1 MiB
+    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never")  # rolls with the log past 512 KiB
     logs = LogManager(coordinator_partitions=PARTITIONS)
     for i in range(50):
         data = build_batch([SimpleRecord(b"k", b"v" * 100, i * 10)])
@@ -512,3 +512,22 @@ def test_a_short_segment_ms_does_not_make_a_file_per_batch(tmp_path: Path) -> No
         wal.commit()
     wal.close()
     assert len(list((tmp_path / "logs").rglob("*.wal"))) == 1
+
+
+def test_a_log_rolling_at_the_smallest_segment_bytes_rolls_its_stream_each_time(tmp_path: Path) -> None:
+    """segment.bytes=1048576 (Kafka's minimum): the files follow the log's segments, not two of them
+    (a resource probe's files held two: its log's segments, of a few large batches, rolled before
+    the stream held 1 MiB)."""
+    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never")
+    logs = LogManager(coordinator_partitions=PARTITIONS)
+    for i in range(30):  # 9 MB in batches of 300 KB: three to a segment of the log
+        data = build_batch([SimpleRecord(b"k", b"v" * 300_000, i)])
+        records = logs.produce(ORG, {"acks": -1, "partitions": [
+            {"topic": "t", "partition": 0, "records": data, "configs": {"segment.bytes": "1048576"}}]}, i)[0]
+        wal.append(records)
+        for r in records:
+            logs.replay(r)
+        wal.commit()
+    wal.close()
+    sizes = sorted(f.stat().st_size for f in (tmp_path / "logs").rglob("*.wal"))
+    assert len(sizes) >= 9 and sizes[-1] < 1_000_000, sizes
