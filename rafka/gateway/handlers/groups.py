@@ -87,10 +87,12 @@ async def leave_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any
 async def _named_by_id(ctx: RequestContext, topics: list[dict[str, Any]]
                        ) -> tuple[list[dict[str, Any]], dict[str, uuid.UUID], list[dict[str, Any]]]:
     """How v10 of OffsetCommit and OffsetFetch works: topics are named by id (KIP-848), so a
-    commit meant for a deleted topic never lands on a new topic of the same name. Each id is
-    looked up in the topic cache: (the topics whose id a topic has, named as earlier versions
-    name them; their ids by name; the others, whose partitions Kafka answers UNKNOWN_TOPIC_ID).
-    Offsets are kept by name, as before."""
+    commit meant for a deleted topic is refused rather than landing on a new topic of the same
+    name, once this gateway's topic cache has seen the deletion (within
+    ``--topic-metadata-ttl-ms``; versions 2–9 have no such check at all). Each id is looked up
+    in the topic cache: (the topics whose id a topic has, named as earlier versions name them;
+    their ids by name; the others, whose partitions Kafka answers UNKNOWN_TOPIC_ID). Offsets
+    are kept by name, as before, not with the topic id as Kafka 4.1's records keep it."""
     known = [str(t["topic_id"]) for t in topics if t.get("topic_id")]  # the zero id is None here
     infos = await topic_cache(ctx).by_ids(ctx, known) if known else {}
     named: list[dict[str, Any]] = []
@@ -171,7 +173,8 @@ async def _fetch_one_group(ctx: RequestContext, group: dict[str, Any], require_s
 async def _with_topic_ids(ctx: RequestContext, topics: list[dict[str, Any]], ids: dict[str, uuid.UUID] | None
                           ) -> list[dict[str, Any]]:
     """An OffsetFetch v10 answer's topics with their ids: those of the request, or for a fetch
-    of every topic, the topics' own; a topic that no longer exists is left out, as Kafka does."""
+    of every topic, the topics' own; a topic that no longer exists is left out (its offsets
+    go with it anyway, unless they raced the deletion)."""
     if ids is None:
         infos = await topic_cache(ctx).lookup(ctx, [t["name"] for t in topics], False)
         ids = {name: uuid.UUID(info["topic_id"]) for name, info in infos.items() if info and info.get("topic_id")}
