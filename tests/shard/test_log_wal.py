@@ -463,6 +463,21 @@ def test_a_damaged_entry_that_good_entries_follow_is_cut_as_kafka_does_and_kept_
     assert again.state()[1] == 1 and not [r for r in caplog.records if "ignored" in r.getMessage()]
 
 
+def _write(wal: Wal, logs: LogManager, value: bytes, configs: dict[str, str], now: int,
+           then: Any = None) -> list[Record]:
+    """Produce one record of ``value`` to partition 0 of topic ``t`` (plus ``then(now)``'s
+    records), write it through ``wal`` and replay it, as the runtime does; the records."""
+    records = logs.produce(ORG, {"acks": -1, "partitions": [{"topic": "t", "partition": 0, "records": build_batch(
+        [SimpleRecord(b"k", value, now)]), "configs": configs}]}, now)[0]
+    if then is not None:
+        records += then(now)
+    wal.append(records)
+    for r in records:
+        logs.replay(r)
+    wal.commit()
+    return records
+
+
 @pytest.mark.parametrize("roll", ["segment.bytes", "segment.ms"])
 def test_retention_frees_disk_with_the_logs_segments_not_at_the_wals_size(tmp_path: Path, roll: str) -> None:
     """A data stream rolls where its partition log starts a segment (once past ``data_roll_bytes``),
@@ -472,18 +487,8 @@ def test_retention_frees_disk_with_the_logs_segments_not_at_the_wals_size(tmp_pa
     logs = LogManager(coordinator_partitions=PARTITIONS)
     configs = {"retention.bytes": "10000", "segment.bytes": "4000"} if roll == "segment.bytes" else \
         {"retention.ms": "5000", "segment.ms": "1000"}
-    now = 0
     for i in range(200):  # 200 KB written, 1 KB a batch, 100 ms apart
-        now = i * 100
-        data = build_batch([SimpleRecord(b"k", b"v" * 1000, now)])
-        records = logs.produce(ORG, {"acks": -1, "partitions": [
-            {"topic": "t", "partition": 0, "records": data, "configs": configs}]}, now)[0]
-        if i % 10 == 9:
-            records += logs.retention(now)
-        wal.append(records)
-        for r in records:
-            logs.replay(r)
-        wal.commit()
+        _write(wal, logs, b"v" * 1000, configs, i * 100, logs.retention if i % 10 == 9 else None)
     wal.close()
     held = sum(f.stat().st_size for f in (tmp_path / "logs").rglob("*.wal"))
     kept = logs.logs[(ORG, "t", 0)].size
@@ -502,14 +507,8 @@ def test_a_short_segment_ms_does_not_make_a_file_per_batch(tmp_path: Path) -> No
     wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never")  # rolls with the log past 512 KiB
     logs = LogManager(coordinator_partitions=PARTITIONS)
     for i in range(50):
-        data = build_batch([SimpleRecord(b"k", b"v" * 100, i * 10)])
-        records = logs.produce(ORG, {"acks": -1, "partitions": [
-            {"topic": "t", "partition": 0, "records": data, "configs": {"segment.ms": "1"}}]}, i * 10)[0]
+        records = _write(wal, logs, b"v" * 100, {"segment.ms": "1"}, i * 10)
         assert records[0].value["roll"] or i == 0, "every batch starts a segment of the log"
-        wal.append(records)
-        for r in records:
-            logs.replay(r)
-        wal.commit()
     wal.close()
     assert len(list((tmp_path / "logs").rglob("*.wal"))) == 1
 
@@ -521,13 +520,7 @@ def test_a_log_rolling_at_the_smallest_segment_bytes_rolls_its_stream_each_time(
     wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync="never")
     logs = LogManager(coordinator_partitions=PARTITIONS)
     for i in range(30):  # 9 MB in batches of 300 KB: three to a segment of the log
-        data = build_batch([SimpleRecord(b"k", b"v" * 300_000, i)])
-        records = logs.produce(ORG, {"acks": -1, "partitions": [
-            {"topic": "t", "partition": 0, "records": data, "configs": {"segment.bytes": "1048576"}}]}, i)[0]
-        wal.append(records)
-        for r in records:
-            logs.replay(r)
-        wal.commit()
+        _write(wal, logs, b"v" * 300_000, {"segment.bytes": "1048576"}, i)
     wal.close()
     sizes = sorted(f.stat().st_size for f in (tmp_path / "logs").rglob("*.wal"))
     assert len(sizes) >= 9 and sizes[-1] < 1_000_000, sizes
