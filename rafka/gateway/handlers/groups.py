@@ -93,13 +93,12 @@ async def _named_by_id(ctx: RequestContext, topics: list[dict[str, Any]]
     in the topic cache: (the topics whose id a topic has, named as earlier versions name them;
     their ids by name; the others, whose partitions Kafka answers UNKNOWN_TOPIC_ID). Offsets
     are kept by name, as before, not with the topic id as Kafka 4.1's records keep it."""
-    known = [str(t["topic_id"]) for t in topics if t.get("topic_id")]  # the zero id is None here
-    infos = await topic_cache(ctx).by_ids(ctx, known) if known else {}
+    infos = await topic_cache(ctx).by_ids(ctx, [str(t["topic_id"]) for t in topics if t.get("topic_id")])
     named: list[dict[str, Any]] = []
     ids: dict[str, uuid.UUID] = {}
     unknown: list[dict[str, Any]] = []
     for t in topics:
-        topic_id = t.get("topic_id")
+        topic_id = t.get("topic_id")  # the zero id is None here
         info = infos.get(str(topic_id)) if topic_id else None
         if info is None:
             unknown.append(t)
@@ -159,15 +158,18 @@ async def _fetch_one_group(ctx: RequestContext, group: dict[str, Any], require_s
                    "member_id": group.get("member_id"), "member_epoch": group.get("member_epoch", -1)}
         resp, err = await _call_or_error(ctx, Op.OFFSET_FETCH, group["group_id"], payload)
         if resp is not None and by_id:
-            resp["topics"] = await _with_topic_ids(ctx, resp["topics"], ids) + [
-                {"topic_id": t["topic_id"], "partitions": [
-                    {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
-                     "error_code": Err.UNKNOWN_TOPIC_ID} for i in t.get("partition_indexes") or []]} for t in unknown]
+            resp["topics"] = await _with_topic_ids(ctx, resp["topics"], ids) + [_fetch_refused(t) for t in unknown]
     except ShardUnavailable as exc:  # v10: the catalogue's shard is down and a topic is not cached
         resp, err = None, coordinator_error(exc)
     if resp is None:
         return {"group_id": group["group_id"], "error_code": err, "topics": []}
     return resp
+
+
+def _fetch_refused(topic: dict[str, Any]) -> dict[str, Any]:
+    return {"topic_id": topic["topic_id"], "partitions": [
+        {"partition_index": i, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+         "error_code": Err.UNKNOWN_TOPIC_ID} for i in topic.get("partition_indexes") or []]}
 
 
 async def _with_topic_ids(ctx: RequestContext, topics: list[dict[str, Any]], ids: dict[str, uuid.UUID] | None

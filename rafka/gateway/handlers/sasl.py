@@ -17,9 +17,10 @@ Failure handling follows Kafka's SaslServerAuthenticator: a mechanism that
 ``--sasl-enabled-mechanisms`` (Kafka's ``sasl.enabled.mechanisms``) leaves out is
 answered UNSUPPORTED_SASL_MECHANISM (33) with the enabled list, and wrong credentials
 SASL_AUTHENTICATION_FAILED (58) with a message, both after a 100 ms delay
-(``connection.failed.authentication.delay.ms``) and then the connection is closed. SASL requests out of sequence get ILLEGAL_SASL_STATE (34);
-before authentication that also closes the connection. Without ``--auth-users``
-both APIs answer ILLEGAL_SASL_STATE, like a PLAINTEXT Kafka listener.
+(``connection.failed.authentication.delay.ms``) and then the connection is closed.
+SASL requests out of sequence get ILLEGAL_SASL_STATE (34); before authentication
+that also closes the connection. Without ``--auth-users`` both APIs answer
+ILLEGAL_SASL_STATE, like a PLAINTEXT Kafka listener.
 """
 
 from __future__ import annotations

@@ -178,27 +178,29 @@ class TopicCache:
             for key in [k for k, (_, t) in cache.items() if k[0] == org_id and (names is None or t["name"] in names)]:
                 del cache[key]
 
-    def _cached(self, org_id: str, names: list[str], now: float) -> tuple[dict[str, dict[str, Any] | None], list[str]]:
-        """The fresh entries of ``names``, and the names that have none."""
+    def _cached(self, cache: dict[tuple[str, str], tuple[float, dict[str, Any]]], org_id: str, keys: list[str],
+                now: float) -> tuple[dict[str, dict[str, Any] | None], list[str]]:
+        """The fresh entries of ``keys`` in ``cache`` (``_by_name`` or ``_by_id``), and the keys
+        that have none."""
         out: dict[str, dict[str, Any] | None] = {}
         missing = []
-        for n in dict.fromkeys(names):
-            hit = self._by_name.get((org_id, n))
+        for k in dict.fromkeys(keys):
+            hit = cache.get((org_id, k))
             if hit and hit[0] > now:
-                out[n] = hit[1]
+                out[k] = hit[1]
             else:
-                missing.append(n)
+                missing.append(k)
         return out, missing
 
     def fresh(self, org_id: str, names: list[str]) -> dict[str, dict[str, Any] | None] | None:
         """``lookup``'s answer when every name has a fresh entry (no coroutine), else None."""
-        out, missing = self._cached(org_id, names, time.monotonic())
+        out, missing = self._cached(self._by_name, org_id, names, time.monotonic())
         return None if missing else out
 
     async def lookup(self, ctx: RequestContext, names: list[str], auto_create: bool) -> dict[str, dict[str, Any] | None]:
         """Topic info by name (None for a topic that does not exist)."""
         now = time.monotonic()
-        out, missing = self._cached(ctx.org_id, names, now)
+        out, missing = self._cached(self._by_name, ctx.org_id, names, now)
         if missing:
             payload = {"names": missing, "auto_create": auto_create, "default_partitions": ctx.gateway.config.default_partitions}
             try:
@@ -249,13 +251,10 @@ class TopicCache:
         make a listing each time. While the catalogue cannot answer, the last known entries
         and listing answer (ShardUnavailable if the organisation was never listed)."""
         org, now = ctx.org_id, time.monotonic()
-        out: dict[str, dict[str, Any] | None] = {}
+        out, uncached = self._cached(self._by_id, org, topic_ids, now)
         missing = []
-        for topic_id in dict.fromkeys(topic_ids):
-            hit = self._by_id.get((org, topic_id))
-            if hit and hit[0] > now:
-                out[topic_id] = hit[1]
-            elif self._unknown_ids.get((org, topic_id), 0.0) > now:
+        for topic_id in uncached:
+            if self._unknown_ids.get((org, topic_id), 0.0) > now:
                 out[topic_id] = None
             else:
                 missing.append(topic_id)
@@ -276,8 +275,7 @@ class TopicCache:
                                           if t.get("topic_id") == topic_id), None)
             return out
         self.listed(org, resp["topics"])
-        if len(self._unknown_ids) >= self._purge_at:
-            self._unknown_ids = {k: until for k, until in self._unknown_ids.items() if until > now}
+        self._purge(now)
         for topic_id in missing:
             hit = self._by_id.get((org, topic_id))
             out[topic_id] = hit[1] if hit else None
@@ -285,12 +283,19 @@ class TopicCache:
                 self._unknown_ids[(org, topic_id)] = now + self.ttl
         return out
 
+    def _purge(self, now: float) -> None:
+        """Drop the expired entries (known topics and unknown ids) once the cache has doubled
+        since the last purge."""
+        if len(self._by_name) + len(self._by_id) + len(self._unknown_ids) < self._purge_at:
+            return
+        for cache in (self._by_name, self._by_id):
+            for key in [k for k, (expires, _) in cache.items() if expires < now]:  # ttl 0: keep this answer
+                del cache[key]
+        self._unknown_ids = {k: until for k, until in self._unknown_ids.items() if until >= now}
+        self._purge_at = max(1024, 2 * (len(self._by_name) + len(self._by_id) + len(self._unknown_ids)))
+
     def _store(self, org_id: str, t: dict[str, Any], now: float) -> None:
-        if len(self._by_name) + len(self._by_id) >= self._purge_at:
-            for cache in (self._by_name, self._by_id):
-                for key in [k for k, (expires, _) in cache.items() if expires < now]:  # ttl 0: keep this answer
-                    del cache[key]
-            self._purge_at = max(1024, 2 * (len(self._by_name) + len(self._by_id)))
+        self._purge(now)
         listing = self._listings.get(org_id)
         if t.get("error_code"):
             self._by_name.pop((org_id, t["name"]), None)
