@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rafka import ids
+from rafka.shard import paging
 from rafka.rail import Op
 from rafka.shard.handlers import ShardState
 from rafka.shard.log import cleaner
@@ -108,6 +109,19 @@ class DataPlane:
                       RecordType.TOPIC_DROPPED, RecordType.PRODUCERS_EXPIRED, RecordType.PARTITION_COMPACTED):
             state.register_replay(rtype, self._replay_log)
         self._state = state
+        if state.wal is not None:
+            state.wal.on_sealed = self.page_out
+
+    def page_out(self, key: tuple[str, str, int], path: Path, last_offset: int) -> None:
+        """Read the batches of a sealed WAL segment of ``key``'s log from the file (``rafka.shard.paging``)."""
+        plog = self.logs.logs.get(key)
+        if plog is None:
+            return
+        try:
+            paging.page_out(plog, path, last_offset)
+        except OSError as exc:  # its batches stay in memory
+            log.warning("%s: could not map a sealed segment of %s (%s); its batches stay in memory",
+                        path, "/".join(map(str, key)), exc)
 
     def _replay_log(self, record: Record) -> None:
         self.logs.replay(record)

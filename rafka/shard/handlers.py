@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Protocol
 
 from rafka.rail import Op
@@ -27,6 +28,8 @@ Handler = Callable[[str, Any, int, Respond], list[Record]]
 
 class Wal(Protocol):
     """What the state needs of a write-ahead log (see rafka.shard.wal)."""
+
+    on_sealed: Callable[[tuple[str, str, int], Path, int], None] | None
 
     def append(self, records: list[Record]) -> None: ...
     def commit(self) -> Future[None] | None: ...

@@ -204,6 +204,8 @@ class Wal:
         self._cv = threading.Condition()
         self._closed = False
         self.on_fsync: Callable[[float], None] | None = None  # metrics hook: seconds per fsync pass
+        # told of each sealed data segment: (org, topic, partition), its path, the last offset in it
+        self.on_sealed: Callable[[tuple[str, str, int], Path, int], None] | None = None
         self._syncer: threading.Thread | None = None
         self._fsyncers = _Fsyncers()  # a pass's other fsyncs
         if fsync == "batch":
@@ -237,7 +239,13 @@ class Wal:
                 path = self.root / "logs" / f"{key[1]:02d}" / org / topic / str(key[4])
                 seg = self.segment_bytes
             s = self.streams[key] = Stream(path, seg, data=key[0] == "logs")
+            if s.data:
+                s.on_sealed = lambda path, last, part=key[2:]: self._sealed(part, path, last)
         return s
+
+    def _sealed(self, partition: tuple[str, str, int], path: Path, last_offset: int) -> None:
+        if self.on_sealed is not None:
+            self.on_sealed(partition, path, last_offset)
 
     # -- recovery ------------------------------------------------------------
     def recover(self) -> Iterator[list[Record]]:

@@ -138,6 +138,9 @@ class Stream:
         self.segment_last_offset: dict[int, int] = {}  # data streams: seq -> last offset stored in it
         self.ends_dropped = False  # data streams: the last record noted dropped the log
         self.appends = 0  # entries appended since start: tells one drop of the log from a later one
+        # data streams: told of each sealed segment (its path and the last offset noted in it) once the
+        # records in it are replayed, by a roll or by recovery (rafka.shard.paging reads them from the file)
+        self.on_sealed: Callable[[Path, int], None] | None = None
         # directories that gained an entry (a new segment file, a new stream directory) since the last
         # sync: fsynced with the data, or a power loss could lose a file whose data was fsynced
         self.new_entries: set[Path] = set()
@@ -178,6 +181,8 @@ class Stream:
             if self.data and self._note(seq, records):
                 dropped_at = seq  # a crash may have come between the drop and the unlink
             yield records
+            if i < len(segs) - 1:
+                self._sealed(seq)
         if segs:
             self.seq = int(segs[-1].stem)
         if dropped_at is not None:
@@ -231,6 +236,7 @@ class Stream:
         """Append one entry holding ``records`` (in a new segment if ``roll``, or if the current
         one is full); True when this rolled to a new segment."""
         rolled = False
+        sealed = self.seq
         with self.lock:
             if self.fd is None:
                 self._make_dir()
@@ -250,7 +256,14 @@ class Stream:
             if self.data and self._note(self.seq, records):
                 self._write_pending()  # the drop is in the file before the segments it ends go
                 self._unlink_sealed(self.seq)
+        if rolled:
+            self._sealed(sealed)
         return rolled
+
+    def _sealed(self, seq: int) -> None:
+        last = self.segment_last_offset.get(seq, -1)
+        if self.on_sealed is not None and last >= 0:
+            self.on_sealed(self.dir / f"{seq:020d}.wal", last)
 
     def write(self) -> None:
         """Write the entries appended since the last write, with one system call (``commit``

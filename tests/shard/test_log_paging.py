@@ -1,0 +1,153 @@
+"""Sealed WAL segments serve their batches from the file (rafka.shard.paging), a shard's
+memory holding only the active segments: what is read back is what was written, live, after
+a restart, across retention and compaction."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rafka.protocol.records import SimpleRecord, build_batch, iter_records
+from rafka.shard import paging
+from rafka.shard.log import cleaner
+from rafka.shard.log.manager import LogManager
+from rafka.shard.log.partition import PartitionLog
+from rafka.shard.records import Record
+from rafka.shard.wal import Wal
+
+ORG, PARTITIONS, KEY = "acme", 4, ("acme", "t", 0)
+
+
+class Shard:
+    """A LogManager whose records go through a Wal, its sealed segments paged as the DataPlane does."""
+
+    def __init__(self, path: Path, **wal: Any) -> None:
+        self.path, self.opts = path, wal
+        self.wal = Wal(path, set(range(PARTITIONS)), PARTITIONS, fsync="never", **wal)
+        self.logs = LogManager(coordinator_partitions=PARTITIONS)
+        self.paged = 0
+        self.wal.on_sealed = self._page_out
+
+    def _page_out(self, key: tuple[str, str, int], path: Path, last: int) -> None:
+        self.paged += paging.page_out(self.logs.logs[key], path, last)
+
+    def apply(self, records: list[Record]) -> None:
+        self.wal.append(records)
+        for r in records:
+            self.logs.replay(r)
+        self.wal.commit()
+
+    def produce(self, value: bytes, now: int, configs: dict[str, str], key: bytes = b"k") -> bytes:
+        batch = build_batch([SimpleRecord(key, value, now)])
+        records, resp = self.logs.produce(ORG, {"acks": -1, "partitions": [
+            {"topic": "t", "partition": 0, "records": batch, "configs": configs}]}, now)
+        assert resp["partitions"][0]["error_code"] == 0, resp
+        self.apply(records)
+        return records[0].value["batch"]  # type: ignore[no-any-return]
+
+    def restart(self) -> Shard:
+        self.wal.close()
+        fresh = Shard(self.path, **self.opts)
+        for records in fresh.wal.recover():
+            for r in records:
+                fresh.logs.replay(r)
+        return fresh
+
+    @property
+    def log(self) -> PartitionLog:
+        return self.logs.logs[KEY]
+
+    def read_all(self) -> bytes:
+        error, batches = self.log.read(self.log.log_start_offset, 1 << 30)
+        assert error == 0
+        return b"".join(batches)
+
+
+def _kinds(plog: PartitionLog) -> list[str]:
+    return ["view" if isinstance(b, memoryview) else "bytes" for s in plog.segments for b in s.batches]
+
+
+def test_batches_of_sealed_segments_are_read_from_the_file_and_read_back_as_written(tmp_path: Path) -> None:
+    shard = Shard(tmp_path, data_roll_bytes=20_000)
+    configs = {"segment.bytes": "30000"}
+    written = [shard.produce(bytes([i % 251]) * 2_000, i, configs) for i in range(100)]  # ~200 KB, ~7 files
+    kinds = _kinds(shard.log)
+    assert kinds.count("view") >= 80 and kinds[-1] == "bytes", kinds  # the active segment's stay in memory
+    assert shard.paged >= 80 * 2_000
+    assert shard.read_all() == b"".join(written)
+    assert [r.value for r in iter_records(shard.log.segments[0].batches[3])] == [bytes([3]) * 2_000]
+
+    again = shard.restart()  # recovery pages each sealed segment once it is replayed
+    assert _kinds(again.log).count("view") >= 80 and again.read_all() == b"".join(written)
+    more = [again.produce(b"x" * 2_000, 1_000 + i, configs) for i in range(30)]
+    assert again.read_all() == b"".join(written + more)
+
+
+def test_small_batches_stay_in_memory(tmp_path: Path) -> None:
+    shard = Shard(tmp_path, data_roll_bytes=2_000)
+    written = [shard.produce(b"v" * 100, i, {"segment.bytes": "3000"}) for i in range(200)]
+    assert set(_kinds(shard.log)) == {"bytes"} and shard.read_all() == b"".join(written)
+
+
+def test_retention_drops_paged_batches_and_a_restart_reads_what_is_left(tmp_path: Path) -> None:
+    shard = Shard(tmp_path, data_roll_bytes=10_000)
+    configs = {"segment.bytes": "20000", "retention.bytes": "40000"}
+    written = []
+    for i in range(150):
+        written.append(shard.produce(bytes([i % 251]) * 1_000, i, configs))
+        if i % 10 == 9:
+            shard.apply(shard.logs.retention(i))
+    start = shard.log.log_start_offset
+    assert start > 50 and shard.read_all() == b"".join(written[start:])
+    files = list((tmp_path / "logs").rglob("*.wal"))
+    assert len(files) <= 3  # retention unlinked the mapped files (the log keeps two segments and the active one)
+    assert shard.restart().read_all() == b"".join(written[start:])
+
+
+def test_a_compacted_log_reads_its_cleaned_batches_before_and_after_they_are_paged(tmp_path: Path) -> None:
+    shard = Shard(tmp_path, data_roll_bytes=5_000)
+    configs = {"cleanup.policy": "compact", "segment.bytes": "10000", "min.cleanable.dirty.ratio": "0.01"}
+    for i in range(60):
+        shard.produce(bytes([i]) * 1_000, i, configs, key=b"k%d" % (i % 5))
+    assert "view" in _kinds(shard.log)
+    job = shard.logs.due_cleans(100)[0][1]
+    record = shard.logs.compacted(KEY, job, cleaner.run(job))
+    assert record is not None
+    shard.apply([record])
+    latest = {}
+    for seg in shard.log.segments:
+        for b in seg.batches:
+            for r in iter_records(b):
+                latest[r.key] = r.value
+    assert latest == {b"k%d" % k: bytes([55 + k]) * 1_000 for k in range(5)}
+    before = shard.read_all()
+    for i in range(60, 80):  # seals the segment holding the compaction: its cleaned batches are paged
+        shard.produce(bytes([i]) * 1_000, i, configs, key=b"k%d" % (i % 5))
+    assert shard.read_all().startswith(before)
+    assert _kinds(shard.log)[0] == "view"
+    again = shard.restart()
+    assert again.read_all() == shard.read_all()
+
+
+def test_a_mapping_keeps_no_file_descriptor_and_goes_with_its_last_view(tmp_path: Path) -> None:
+    shard = Shard(tmp_path, data_roll_bytes=1_000)
+    fds = len(os.listdir("/proc/self/fd"))
+    written = [shard.produce(b"v" * 1_500, i, {"segment.bytes": "1000"}) for i in range(300)]  # ~300 files
+    assert _kinds(shard.log).count("view") >= 290
+    assert len(os.listdir("/proc/self/fd")) <= fds + 2
+    maps = Path("/proc/self/maps").read_text().count(str(tmp_path))
+    assert maps >= 290
+    assert shard.read_all() == b"".join(written)
+    shard.apply(shard.logs.delete_records(ORG, {"partitions": [{"topic": "t", "partition": 0, "offset": 300}]})[0])
+    assert Path("/proc/self/maps").read_text().count(str(tmp_path)) <= 2  # unmapped with the log's batches
+
+
+def test_a_segment_without_the_logs_batches_is_left_alone_after_a_few_searches(tmp_path: Path) -> None:
+    shard = Shard(tmp_path)
+    for i in range(50):
+        shard.produce(bytes([i]) * 1_000, i, {})
+    other = tmp_path / "other.wal"
+    other.write_bytes(os.urandom(200_000))
+    assert paging.page_out(shard.log, other, 49) == 0
+    assert set(_kinds(shard.log)) == {"bytes"}
