@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from rafka import ids
-from rafka.shard import paging
 from rafka.rail import Op
+from rafka.shard import paging
 from rafka.shard.handlers import ShardState
 from rafka.shard.log import cleaner
 from rafka.shard.log.errors import Errors
