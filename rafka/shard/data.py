@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -29,7 +30,7 @@ from rafka.shard import paging
 from rafka.shard.handlers import ShardState
 from rafka.shard.log import cleaner
 from rafka.shard.log.errors import Errors
-from rafka.shard.log.manager import LogManager, appended_partitions
+from rafka.shard.log.manager import LogManager, PartitionKey, appended_partitions
 from rafka.shard.log.topics import TopicCatalog, validate_topic_name
 from rafka.shard.records import Record, RecordType
 
@@ -83,6 +84,12 @@ class DataPlane:
         self.cleaner_backoff_ms = cleaner_backoff_ms
         self._cleaning: tuple[tuple[str, str, int], cleaner.CleanJob, Future[dict[str, Any] | None]] | None = None
         self.parked: dict[str, ParkedFetch] = {}
+        self.wal: Any = None
+        self._paging = False  # live (after recovery, with a WAL): partitions' batches in memory are counted
+        self.unpaged: dict[PartitionKey, int] = {}  # bytes of batches appended since their last page-out
+        self._due: set[PartitionKey] = set()  # partitions whose active segment is paged at the next tick
+        self._active: dict[PartitionKey, tuple[Path, int, int]] = {}  # (segment, byte, offset) where it stopped
+        self._paging_warned = -60.0
         self.watchers: dict[tuple[str, str, int], set[str]] = {}
 
     def install(self, state: ShardState) -> None:
@@ -109,24 +116,69 @@ class DataPlane:
                       RecordType.TOPIC_DROPPED, RecordType.PRODUCERS_EXPIRED, RecordType.PARTITION_COMPACTED):
             state.register_replay(rtype, self._replay_log)
         self._state = state
-        if state.wal is not None:
-            state.wal.on_sealed = self.page_out
+        self.wal = state.wal
+        if self.wal is not None:
+            self.wal.on_segment = self.page_out
 
-    def page_out(self, key: tuple[str, str, int], path: Path, last_offset: int) -> None:
-        """Read the batches of a sealed WAL segment of ``key``'s log from the file (``rafka.shard.paging``)."""
+    # -- paging (rafka.shard.paging) -----------------------------------------
+    def page_out(self, key: PartitionKey, path: Path, first: int, last: int, sealed: bool,
+                 written: int | None = None) -> None:
+        """Read ``key``'s batches in a WAL segment from the file; an active one from where the last
+        page-out of it stopped."""
+        prev = self._active.pop(key, None)
         plog = self.logs.logs.get(key)
         if plog is None:
             return
+        pos, resume = (prev[1], max(first, prev[2])) if prev and prev[0] == path and not sealed else (0, first)
+        self.unpaged.pop(key, None)
         try:
-            paging.page_out(plog, path, last_offset)
+            _paged, pos, resume = paging.page_out(plog, path, resume, last, sealed, written, pos)
         except OSError as exc:  # its batches stay in memory
-            log.warning("%s: could not map a sealed segment of %s (%s); its batches stay in memory",
-                        path, "/".join(map(str, key)), exc)
+            self._paging_failed(path, exc)
+            return
+        except Exception:  # never into the append that rolled the segment: its records are logged, not applied yet
+            log.exception("%s: paging failed; its batches stay in memory", path)
+            return
+        if not sealed:
+            self._active[key] = (path, pos, resume)
+
+    def _paging_failed(self, path: Path, exc: OSError) -> None:
+        now = time.monotonic()
+        if now - self._paging_warned >= 60:
+            self._paging_warned = now
+            log.warning("%s: batches stay in memory, the segment could not be mapped (%s); said once a minute",
+                        path, exc)
+
+    def page_active(self, now_ms: int) -> list[Record]:
+        """Page the active segments of partitions that hold ``PAGE_ACTIVE_BYTES`` more in memory."""
+        due, self._due = self._due, set()
+        for key in due:
+            active = self.wal.active_segment(*key) if self.wal is not None else None
+            if active is not None:
+                self.page_out(key, active[0], active[1], active[2], False, active[3])
+        return []
 
     def _replay_log(self, record: Record) -> None:
         self.logs.replay(record)
         if record.type == RecordType.PARTITION_BATCH:
             self.timer_wake(appended_partitions([record]))
+            if self._paging:
+                self._count_unpaged(tuple(record.key), len(record.value["batch"]))
+        elif record.type == RecordType.PARTITION_COMPACTED and self._paging:
+            self._count_unpaged(tuple(record.key), sum(len(b) for seg in record.value["segments"] for b in seg[4]))
+        elif record.type == RecordType.PARTITION_TRUNCATE and record.value is None:  # the log dropped
+            key = tuple(record.key)
+            self.unpaged.pop(key, None)
+            self._active.pop(key, None)
+
+    def _count_unpaged(self, key: PartitionKey, n: int) -> None:
+        if n < paging.MIN_PAGED_BYTES:
+            return
+        n += self.unpaged.get(key, 0)
+        self.unpaged[key] = n
+        if n >= paging.PAGE_ACTIVE_BYTES and key not in self._due:
+            self._due.add(key)
+            self.timer.schedule("log-pager", 0, self.page_active)
 
     # -- catalogue ----------------------------------------------------------
     def list_topics(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
@@ -193,6 +245,7 @@ class DataPlane:
         data streams that re-add it, so expired producers come back until a pass; Kafka too
         drops expired producers when it loads a log."""
         self.timer.schedule("log-retention", 0, self.retention)
+        self._paging = self.wal is not None
         self.timer.schedule("log-cleaner", self.cleaner_backoff_ms, self.clean)
 
     def retention(self, now_ms: int) -> list[Record]:

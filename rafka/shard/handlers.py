@@ -29,7 +29,9 @@ Handler = Callable[[str, Any, int, Respond], list[Record]]
 class Wal(Protocol):
     """What the state needs of a write-ahead log (see rafka.shard.wal)."""
 
-    on_sealed: Callable[[tuple[str, str, int], Path, int], None] | None
+    on_segment: Callable[[tuple[str, str, int], Path, int, int, bool], None] | None
+
+    def active_segment(self, org_id: str, topic: str, partition: int) -> tuple[Path, int, int, int] | None: ...
 
     def append(self, records: list[Record]) -> None: ...
     def commit(self) -> Future[None] | None: ...

@@ -1,44 +1,64 @@
-"""Batches of sealed write-ahead-log segments are read from the file, not held in memory.
+"""A partition's batches are read from its write-ahead-log files, not held in the shard's heap.
 
 How this works. A partition's batches reach its WAL data stream byte for byte: the record
-holds the stamped batch the log keeps. Once a data segment is sealed (rolled: cut to its
-entries and fsynced; or a sealed segment recovery has just replayed), ``page_out`` swaps
-the log's batches that the segment holds for read-only views of the file mapped into
-memory. The kernel keeps those pages in its page cache, drops them under memory pressure
-and reads them back when a fetch touches them, as Kafka serves reads from the page cache.
-So a shard's own memory holds the batches of each partition's active segment (up to the
-stream's segment size) and a view per older batch (~200 bytes), not every byte retention
-keeps. A batch under ``MIN_PAGED_BYTES`` stays in memory, as its view would cost more.
+holds the stamped batch the log keeps. ``page_out`` swaps the log's batches that a segment
+file holds for read-only views of the file mapped into memory. The kernel keeps those pages
+in its page cache, drops them under memory pressure and reads them back when a fetch
+touches them, as Kafka serves reads from the page cache. It runs for each segment once its
+records are replayed: at a roll (the segment is *sealed*: cut to its entries, fsynced,
+never written again), for each segment recovery replays, and for the active segment once
+its partition has ``PAGE_ACTIVE_BYTES`` more in memory (rafka.shard.data). So a shard's heap
+holds under ``PAGE_ACTIVE_BYTES`` of each partition's batches and a view per older batch
+(~200 bytes), not every byte retention keeps. A batch under ``MIN_PAGED_BYTES`` stays in
+memory, as its view would cost about as much.
 
 A batch is found in the file by its 61-byte header (base offset, length, epoch, magic and
-the CRC of the rest), searched from where the previous one ended: the log's batches
-between the last paged offset and the segment's last offset are in it, in order. One not
-found (it is elsewhere: a clean's output, or a batch the log replaced) stays in memory;
-after ``MAX_MISSES`` the rest of that segment is left alone, so a segment costs at most a
-few scans. The file is mapped with mmap(2) through ctypes and its descriptor closed at
-once (Python 3.11's ``mmap`` keeps a descriptor per mapping, and a shard may map
-thousands of files); it is unmapped when its last view goes, so a mapped file that
-retention unlinks keeps its disk space until the log lets go of its batches. Sealed
-segments are never written again, so a view never sees its bytes change.
+the CRC of the rest), searched from where the previous one ended: the log's batches of
+the segment's offsets are in it, in order. In a sealed segment one not found (it is
+elsewhere: a clean's output, or a batch the log replaced) stays as it is, and after
+``MAX_MISSES`` the rest of the segment is left alone, so a segment costs at most a few
+scans. In the active segment the search stops at the first batch not found (not written
+to the file yet) and resumes there next time.
+
+The active segment is mapped up to what was written (appends only add past it; nothing
+cuts a segment below its entries). Its mappings are *partial*: when it is sealed, the
+whole file is mapped once more and the views of the partial ones move to it, so a sealed
+segment costs one mapping. Files are mapped with mmap(2) through ctypes and the descriptor
+closed at once (Python 3.11's ``mmap`` keeps a descriptor per mapping); a mapping goes
+with its last view, so a file that retention unlinks keeps its disk space until the log
+lets go of its batches. Mappings are counted: past ``MAX_MAPPINGS`` (half the kernel's
+``vm.max_map_count``, which the allocator needs too) batches stay in memory.
 """
 
 from __future__ import annotations
 
 import bisect
 import ctypes
-import logging
+import errno
 import mmap
 import os
+import threading
 import weakref
 from pathlib import Path
 
 from rafka.shard.log.partition import PartitionLog
 
-log = logging.getLogger("rafka.paging")
-
 MIN_PAGED_BYTES = 512  # a smaller batch stays in memory: its view (~184 bytes) would save little or nothing
-MAX_MISSES = 4  # batches not found in a segment before the rest of it is left alone
+PAGE_ACTIVE_BYTES = 1 << 20  # a partition's batches in memory that page its active segment
+MAX_MISSES = 4  # batches of a sealed segment not found in it before the rest of it is left alone
 _HEADER = 61  # a record batch's header: base offset .. records count
+
+
+def _max_mappings() -> int:
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text()) // 2
+    except (OSError, ValueError):
+        return 32_765
+
+
+MAX_MAPPINGS = _max_mappings()
+mappings = 0  # alive now
+_count = threading.Lock()  # a mapping may go in another thread (the log cleaner's, holding the last view)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -47,52 +67,76 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-def page_out(plog: PartitionLog, path: Path, last_offset: int) -> int:
-    """Swap ``plog``'s batches from its last paged offset to ``last_offset`` that the sealed
-    segment at ``path`` holds for views of the file; the number of bytes swapped
-    (``OSError`` if the file cannot be read or mapped)."""
+def page_out(plog: PartitionLog, path: Path, first: int, last: int, sealed: bool = True,
+             written: int | None = None, pos: int = 0) -> tuple[int, int, int]:
+    """Swap ``plog``'s batches with base offsets from ``first`` to ``last`` that the segment at
+    ``path`` holds (its first ``written`` bytes; all of it if None) for views of the file,
+    searching from byte ``pos``. ``(bytes swapped, the byte after the last batch found, the
+    offset to resume from in an active segment)``; ``OSError`` if it cannot be mapped."""
     with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return 0
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as haystack:  # for find(), closed at once
-            return _swap(plog, haystack, _map(f.fileno(), len(haystack), path), last_offset)
+        size = os.fstat(f.fileno()).st_size if written is None else written
+        if size <= pos:
+            return 0, pos, first
+        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as haystack:  # for find(); closed at once
+            view = _map(f.fileno(), size, path)
+            view.obj.file = os.fstat(f.fileno()).st_ino  # type: ignore[union-attr]
+            view.obj.sealed = sealed  # type: ignore[union-attr]
+            return _swap(plog, haystack, view, first, last, sealed, pos)
 
 
-def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, last_offset: int) -> int:
-    start, paged, misses, pos = plog.paged_upto, 0, 0, 0
-    plog.paged_upto = max(start, last_offset + 1)
+def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int, last: int, sealed: bool,
+          pos: int) -> tuple[int, int, int]:
+    paged, misses, inode = 0, 0, view.obj.file  # type: ignore[union-attr]
     segments = plog.segments
-    si = max(bisect.bisect_right(segments, start, key=lambda s: s.base_offset) - 1, 0)
+    si = max(bisect.bisect_right(segments, first, key=lambda s: s.base_offset) - 1, 0)
     for seg in segments[si:]:
-        if seg.base_offset > last_offset:
+        if seg.base_offset > last:
             break
-        batches = seg.batches
-        for i in range(bisect.bisect_left(seg.base_offsets, start), len(batches)):
-            if seg.base_offsets[i] > last_offset:
-                return paged
+        batches, bases = seg.batches, seg.base_offsets
+        for i in range(bisect.bisect_left(bases, first), len(batches)):
+            if bases[i] > last:
+                return paged, pos, last + 1
             batch = batches[i]
             n = len(batch)
-            if type(batch) is not bytes or n < MIN_PAGED_BYTES:
+            if n < MIN_PAGED_BYTES:
                 continue
-            at = haystack.find(batch[:_HEADER], pos)
+            if type(batch) is not bytes:  # a view: moved only from a partial mapping of this file to a sealed one
+                owner = batch.obj
+                if not sealed or owner.sealed or owner.file != inode:
+                    continue
+            at = haystack.find(bytes(batch[:_HEADER]), pos)
             if at < 0:
+                if not sealed:
+                    return paged, pos, bases[i]  # not written yet: the next page-out starts here
                 misses += 1
                 if misses >= MAX_MISSES:
-                    return paged
+                    return paged, pos, last + 1
                 continue
             batches[i] = view[at : at + n]
             pos = at + n
             paged += n
-    return paged
+    return paged, pos, last + 1
 
 
 def _map(fd: int, size: int, path: Path) -> memoryview:
     """A read-only view of the first ``size`` bytes of ``fd``'s file that keeps no descriptor;
     unmapped once no view of it is left."""
+    global mappings
+    if mappings >= MAX_MAPPINGS:
+        raise OSError(errno.ENOMEM, f"{mappings} files mapped already, the most the kernel's vm.max_map_count leaves")
     addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
     if addr is None or addr == _MAP_FAILED:
         err = ctypes.get_errno()
         raise OSError(err, f"mmap {path}: {os.strerror(err)}")
+    with _count:
+        mappings += 1
     buf = (ctypes.c_char * size).from_address(addr)
-    weakref.finalize(buf, _libc.munmap, addr, size)  # every view holds ``buf``: the last one unmaps
+    weakref.finalize(buf, _unmap, addr, size)  # every view holds ``buf``: the last one unmaps
     return memoryview(buf).cast("B").toreadonly()
+
+
+def _unmap(addr: int, size: int) -> None:
+    global mappings
+    _libc.munmap(addr, size)
+    with _count:
+        mappings -= 1

@@ -204,8 +204,8 @@ class Wal:
         self._cv = threading.Condition()
         self._closed = False
         self.on_fsync: Callable[[float], None] | None = None  # metrics hook: seconds per fsync pass
-        # told of each sealed data segment: (org, topic, partition), its path, the last offset in it
-        self.on_sealed: Callable[[tuple[str, str, int], Path, int], None] | None = None
+        # told of each data segment whose records were replayed (see Stream.on_segment), with its partition
+        self.on_segment: Callable[[tuple[str, str, int], Path, int, int, bool], None] | None = None
         self._syncer: threading.Thread | None = None
         self._fsyncers = _Fsyncers()  # a pass's other fsyncs
         if fsync == "batch":
@@ -240,12 +240,18 @@ class Wal:
                 seg = self.segment_bytes
             s = self.streams[key] = Stream(path, seg, data=key[0] == "logs")
             if s.data:
-                s.on_sealed = lambda path, last, part=key[2:]: self._sealed(part, path, last)
+                s.on_segment = lambda *segment, part=key[2:]: self._on_segment(part, *segment)
         return s
 
-    def _sealed(self, partition: tuple[str, str, int], path: Path, last_offset: int) -> None:
-        if self.on_sealed is not None:
-            self.on_sealed(partition, path, last_offset)
+    def _on_segment(self, partition: tuple[str, str, int], path: Path, first: int, last: int, sealed: bool) -> None:
+        if self.on_segment is not None:
+            self.on_segment(partition, path, first, last, sealed)
+
+    def active_segment(self, org_id: str, topic: str, partition: int) -> tuple[Path, int, int, int] | None:
+        """Where a partition's log appends (``Stream.active_segment``); None if it has no stream."""
+        s = self.streams.get(("logs", ids.log_partition(org_id, topic, partition, self.partitions), org_id, topic,
+                              partition))
+        return s.active_segment() if s is not None else None
 
     # -- recovery ------------------------------------------------------------
     def recover(self) -> Iterator[list[Record]]:

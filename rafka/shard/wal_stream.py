@@ -136,11 +136,13 @@ class Stream:
         self.dirty = False
         self.lock = threading.Lock()  # guards the fd against the syncer and the compactor
         self.segment_last_offset: dict[int, int] = {}  # data streams: seq -> last offset stored in it
+        self.segment_first_offset: dict[int, int] = {}  # data streams: seq -> first offset stored in it
         self.ends_dropped = False  # data streams: the last record noted dropped the log
         self.appends = 0  # entries appended since start: tells one drop of the log from a later one
-        # data streams: told of each sealed segment (its path and the last offset noted in it) once the
-        # records in it are replayed, by a roll or by recovery (rafka.shard.paging reads them from the file)
-        self.on_sealed: Callable[[Path, int], None] | None = None
+        # data streams: told of a segment (its path, the first and last offset in it, whether it is sealed)
+        # once its records are replayed: at a roll, and for each segment recovery replays (the last one is
+        # the active one), so that rafka.shard.paging reads their batches from the file
+        self.on_segment: Callable[[Path, int, int, bool], None] | None = None
         # directories that gained an entry (a new segment file, a new stream directory) since the last
         # sync: fsynced with the data, or a power loss could lose a file whose data was fsynced
         self.new_entries: set[Path] = set()
@@ -181,8 +183,7 @@ class Stream:
             if self.data and self._note(seq, records):
                 dropped_at = seq  # a crash may have come between the drop and the unlink
             yield records
-            if i < len(segs) - 1:
-                self._sealed(seq)
+            self._replayed(seq, sealed=i < len(segs) - 1)
         if segs:
             self.seq = int(segs[-1].stem)
         if dropped_at is not None:
@@ -257,13 +258,23 @@ class Stream:
                 self._write_pending()  # the drop is in the file before the segments it ends go
                 self._unlink_sealed(self.seq)
         if rolled:
-            self._sealed(sealed)
+            self._replayed(sealed, sealed=True)
         return rolled
 
-    def _sealed(self, seq: int) -> None:
+    def _replayed(self, seq: int, sealed: bool) -> None:
         last = self.segment_last_offset.get(seq, -1)
-        if self.on_sealed is not None and last >= 0:
-            self.on_sealed(self.dir / f"{seq:020d}.wal", last)
+        if self.on_segment is not None and last >= 0:
+            self.on_segment(self.dir / f"{seq:020d}.wal", self.segment_first_offset.get(seq, 0), last, sealed)
+
+    def active_segment(self) -> tuple[Path, int, int, int] | None:
+        """The active segment of a data stream: its path, first and last offset, and the bytes of
+        it written to the file (entries appended since the last write are not); None if it holds no batch."""
+        with self.lock:
+            last = self.segment_last_offset.get(self.seq, -1)
+            if last < 0:
+                return None
+            written = self._pending_at if self._pending else self.size
+            return self.dir / f"{self.seq:020d}.wal", self.segment_first_offset.get(self.seq, 0), last, written
 
     def write(self) -> None:
         """Write the entries appended since the last write, with one system call (``commit``
@@ -302,6 +313,7 @@ class Stream:
                 self._note_offsets(seq, record)
             elif self.ends_dropped:
                 self.segment_last_offset.clear()
+                self.segment_first_offset.clear()
                 dropped = True
         return dropped
 
@@ -338,9 +350,14 @@ class Stream:
     def _note_offsets(self, seq: int, record: Record) -> None:
         if record.type == RecordType.PARTITION_COMPACTED:  # it stands for the whole log below ``upto``
             last = int(record.value["upto"]) - 1
+            segments = record.value["segments"]
+            first = int(segments[0][0]) if segments else last + 1
         else:
-            last = batch_last_offset(record.value["batch"])
+            batch = record.value["batch"]
+            last = batch_last_offset(batch)
+            first = int.from_bytes(batch[0:8], "big", signed=True)
         self.segment_last_offset[seq] = max(self.segment_last_offset.get(seq, -1), last)
+        self.segment_first_offset[seq] = min(self.segment_first_offset.get(seq, first), first)
 
     def sync(self) -> None:
         with self.lock:
@@ -364,6 +381,7 @@ class Stream:
                     break
                 path.unlink(missing_ok=True)
                 self.segment_last_offset.pop(seq, None)
+                self.segment_first_offset.pop(seq, None)
 
     def close(self) -> None:
         with self.lock:

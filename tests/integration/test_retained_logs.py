@@ -1,5 +1,6 @@
-"""A shard does not hold what retention keeps in its own memory: the batches of sealed WAL
-segments are read from the files (rafka.shard.paging), live and after a restart."""
+"""A shard does not hold what retention keeps in its own memory: a partition's batches are read
+from its WAL files (rafka.shard.paging), live and after a restart: here one sealed 64 MiB
+segment and the active one, paged each mebibyte."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_retained_data_is_served_from_the_files_not_held_in_the_shards_memory(tm
     broker = Rafka(tmp_path / "data", shards=1).start()
     topic = _name("t")
     try:
-        create_topic(broker.bootstrap, topic, 1, {"segment.bytes": "1048576"})  # Kafka's default retention: 7 days
+        create_topic(broker.bootstrap, topic, 1)  # Kafka's defaults: 7 days' retention, 1 GiB segments
         pid = broker.children()["rafka-shard-0"]
         before = _anon_mb(pid)
         p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": "all"})

@@ -5,58 +5,81 @@ a restart, across retention and compaction."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from rafka.protocol.records import SimpleRecord, build_batch, iter_records
+from rafka.config import Config
+from rafka.protocol.records import SimpleRecord, build_batch, iter_records, stamp_batch
+from rafka.rail import Op
 from rafka.shard import paging
 from rafka.shard.log import cleaner
-from rafka.shard.log.manager import LogManager
 from rafka.shard.log.partition import PartitionLog
 from rafka.shard.records import Record
-from rafka.shard.wal import Wal
+from rafka.shard.state import build_state
 
-ORG, PARTITIONS, KEY = "acme", 4, ("acme", "t", 0)
+ORG, KEY = "acme", ("acme", "t", 0)
+
+
+class Timer:
+    """The shard's timer, driven by hand."""
+
+    def __init__(self) -> None:
+        self.due: dict[Any, Callable[[int], list[Record]]] = {}
+
+    def schedule(self, key: Any, delay_ms: int, callback: Callable[[int], list[Record]]) -> None:
+        self.due[key] = callback
+
+    def cancel(self, key: Any) -> None:
+        self.due.pop(key, None)
 
 
 class Shard:
-    """A LogManager whose records go through a Wal, its sealed segments paged as the DataPlane does."""
+    """A shard's state as the runtime builds it (its WAL in ``path``), driven by hand."""
 
-    def __init__(self, path: Path, **wal: Any) -> None:
-        self.path, self.opts = path, wal
-        self.wal = Wal(path, set(range(PARTITIONS)), PARTITIONS, fsync="never", **wal)
-        self.logs = LogManager(coordinator_partitions=PARTITIONS)
-        self.paged = 0
-        self.wal.on_sealed = self._page_out
-
-    def _page_out(self, key: tuple[str, str, int], path: Path, last: int) -> None:
-        self.paged += paging.page_out(self.logs.logs[key], path, last)
+    def __init__(self, path: Path, data_roll_bytes: int = 512 * 1024, segment_bytes: int = 64 << 20) -> None:
+        self.path, self.data_roll_bytes, self.segment_bytes = path, data_roll_bytes, segment_bytes
+        self.timer = Timer()
+        runtime = SimpleNamespace(timer=self.timer, on_group_event=lambda *a: None, metrics=SimpleNamespace(
+            fsync=SimpleNamespace(labels=lambda *a: SimpleNamespace(observe=lambda s: None))))
+        self.state = build_state(Config(data_dir=str(path), shards=1, fsync="never"), 0, runtime)
+        self.state.wal.data_roll_bytes, self.state.wal.segment_bytes = data_roll_bytes, segment_bytes
+        for _ in self.state.recover():
+            pass
+        self.state.start(0)
 
     def apply(self, records: list[Record]) -> None:
-        self.wal.append(records)
-        for r in records:
-            self.logs.replay(r)
-        self.wal.commit()
+        self.state.append(records)
+        self.state.commit()
+
+    def tick(self, now: int = 0) -> None:
+        """What the loop does next: the paging the last appends made due."""
+        pager = self.timer.due.pop("log-pager", None)
+        if pager is not None:
+            self.apply(pager(now))
 
     def produce(self, value: bytes, now: int, configs: dict[str, str], key: bytes = b"k") -> bytes:
         batch = build_batch([SimpleRecord(key, value, now)])
-        records, resp = self.logs.produce(ORG, {"acks": -1, "partitions": [
-            {"topic": "t", "partition": 0, "records": batch, "configs": configs}]}, now)
-        assert resp["partitions"][0]["error_code"] == 0, resp
-        self.apply(records)
-        return records[0].value["batch"]  # type: ignore[no-any-return]
+        got: list[Any] = []
+        self.state.dispatch(Op.PRODUCE, ORG, {"acks": -1, "partitions": [
+            {"topic": "t", "partition": 0, "records": batch, "configs": configs}]}, now, got.append, None)
+        self.state.commit()
+        assert got[0]["partitions"][0]["error_code"] == 0, got
+        self.tick(now)
+        return stamp_batch(batch, got[0]["partitions"][0]["base_offset"])  # what the log holds
 
     def restart(self) -> Shard:
-        self.wal.close()
-        fresh = Shard(self.path, **self.opts)
-        for records in fresh.wal.recover():
-            for r in records:
-                fresh.logs.replay(r)
-        return fresh
+        self.state.close()
+        return Shard(self.path, self.data_roll_bytes, self.segment_bytes)
+
+    @property
+    def logs(self) -> Any:
+        return self.state.data.logs
 
     @property
     def log(self) -> PartitionLog:
-        return self.logs.logs[KEY]
+        return self.logs.logs[KEY]  # type: ignore[no-any-return]
 
     def read_all(self) -> bytes:
         error, batches = self.log.read(self.log.log_start_offset, 1 << 30)
@@ -74,7 +97,6 @@ def test_batches_of_sealed_segments_are_read_from_the_file_and_read_back_as_writ
     written = [shard.produce(bytes([i % 251]) * 2_000, i, configs) for i in range(100)]  # ~200 KB, ~7 files
     kinds = _kinds(shard.log)
     assert kinds.count("view") >= 80 and kinds[-1] == "bytes", kinds  # the active segment's stay in memory
-    assert shard.paged >= 80 * 2_000
     assert shard.read_all() == b"".join(written)
     assert [r.value for r in iter_records(shard.log.segments[0].batches[3])] == [bytes([3]) * 2_000]
 
@@ -149,5 +171,35 @@ def test_a_segment_without_the_logs_batches_is_left_alone_after_a_few_searches(t
         shard.produce(bytes([i]) * 1_000, i, {})
     other = tmp_path / "other.wal"
     other.write_bytes(os.urandom(200_000))
-    assert paging.page_out(shard.log, other, 49) == 0
+    assert paging.page_out(shard.log, other, 0, 49)[0] == 0
     assert set(_kinds(shard.log)) == {"bytes"}
+
+
+def _in_memory(plog: PartitionLog) -> int:
+    return sum(len(b) for s in plog.segments for b in s.batches if type(b) is bytes)
+
+
+def test_the_active_segment_is_paged_each_mebibyte_and_its_views_move_to_one_mapping_when_it_seals(
+        tmp_path: Path) -> None:
+    shard = Shard(tmp_path, segment_bytes=4_000_000)
+    written = [shard.produce(bytes([i % 251]) * 20_000, i, {}) for i in range(300)]  # 6 MB: 4 sealed, 2 active
+    assert _in_memory(shard.log) < paging.PAGE_ACTIVE_BYTES + 20_100, "at most a mebibyte and a batch in memory"
+    files = sorted((tmp_path / "logs").rglob("*.wal"))
+    assert len(files) == 2 and shard.read_all() == b"".join(written)
+    owners = {id(b.obj): b.obj for s in shard.log.segments for b in s.batches if type(b) is not bytes}
+    assert sum(o.sealed for o in owners.values()) == 1, "a sealed segment's batches share one mapping"
+    assert 2 <= len(owners) <= 1 + 2, "and the active one has had a mapping per mebibyte"
+    again = shard.restart()
+    assert _in_memory(again.log) == 0 and again.read_all() == b"".join(written)
+    more = [again.produce(b"x" * 20_000, 1_000 + i, {}) for i in range(100)]
+    assert again.read_all() == b"".join(written + more)
+
+
+def test_past_the_mapping_budget_batches_stay_in_memory_with_a_warning(tmp_path: Path, monkeypatch: Any,
+                                                                        caplog: Any) -> None:
+    monkeypatch.setattr(paging, "MAX_MAPPINGS", paging.mappings + 5)
+    shard = Shard(tmp_path, data_roll_bytes=1_000)
+    written = [shard.produce(b"v" * 1_500, i, {"segment.bytes": "1000"}) for i in range(20)]
+    kinds = _kinds(shard.log)
+    assert kinds.count("view") == 5 and shard.read_all() == b"".join(written)
+    assert len([r for r in caplog.records if "could not be mapped" in r.getMessage()]) == 1

@@ -122,7 +122,6 @@ class PartitionLog:
         self.aborted_txns: list[tuple[int, int, int]] = []  # (producer id, first, last offset), by last
         self.first_dirty_offset = 0  # where the last compaction ended (Kafka's cleaner checkpoint)
         self.uncleanable = False  # a clean failed: not tried again until a restart (not replayed state)
-        self.paged_upto = 0  # batches below it were read from sealed WAL segments (rafka.shard.paging)
 
     # ------------------------------------------------------------------ state
 
@@ -279,8 +278,6 @@ class PartitionLog:
         rest = [seg if seg.base_offset >= upto else _trimmed(seg, upto)
                 for seg in self.segments if seg.base_offset >= upto or seg.next_offset > upto]
         self.segments = cleaned + (rest or [Segment(max(upto, self.log_end_offset))])  # the active one
-        if cleaned:  # its batches are in memory again until the WAL segment holding this record is sealed
-            self.paged_upto = min(self.paged_upto, cleaned[0].base_offset)
         self.first_dirty_offset = upto
         self.log_start_offset = int(value["log_start_offset"])  # replay may have begun past it
         keep = {parse_header(b).last_offset for seg in cleaned for b in seg.batches} if self.aborted_txns else set()
