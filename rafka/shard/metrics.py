@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from rafka.shard import paging
 from rafka.telemetry import LATENCY_BUCKETS, RequestMeter, RequestTally
 
 MAX_SERIES = 5000
@@ -128,6 +129,20 @@ class StateCollector(Collector):
                 start.add_metric([org, topic, str(partition)], plog.log_start_offset)
         yield leo
         yield start
+        yield _gauge("rafka_log_mapped_files", "WAL segment files the shard maps to serve partitions' older batches "
+                     "(at most half of vm.max_map_count)", self.shard, paging.mappings)
+        yield _gauge("rafka_shard_heap_bytes", "The shard's anonymous resident memory (RssAnon): its heap, without the "
+                     "page cache of the WAL files it maps", self.shard, _anon_bytes())
+
+
+def _anon_bytes() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _gauge(name: str, doc: str, shard: str, value: float) -> GaugeMetricFamily:

@@ -61,7 +61,9 @@ data stream whose last record drops its log (the topic deleted) is closed and it
 files and directory removed once the commit that wrote the drop is durable (with
 it, the meta record that remembers the deleted incarnation); sealed segments go
 first, so a crash midway leaves the drop record to replay, and recovery finishes
-the removal.
+the removal. ``on_segment`` is told of each data segment whose records were replayed (at
+a roll, and for each segment recovery replays), and ``active_segment`` where a partition
+appends now: the shard then reads those batches from the file (``rafka.shard.paging``).
 """
 
 from __future__ import annotations

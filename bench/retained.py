@@ -1,0 +1,120 @@
+"""Retained data: the shard's heap per retained MB, and reading old data back, warm and cold.
+
+One confluent-kafka producer writes MB megabytes (1 KB records, acks=all) to a 1-partition
+topic with Kafka's default segment and retention configs; the shard's anonymous resident
+memory (RssAnon: its heap, not the page cache of mapped WAL files) is read before and after.
+Then a consumer reads it all back from offset 0 (warm: the page cache holds it), and, for the
+durable broker, again after the WAL files are evicted from the page cache (cold: read from
+disk; ``posix_fadvise(DONTNEED)``, which leaves pages a process has faulted in). The baseline
+is the same broker with ``--in-memory``, which keeps every batch in its heap, in the same run.
+Usage: python bench/retained.py [--mb 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from common import rafka, table
+
+
+def shard_pid(supervisor: int) -> int:
+    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(supervisor)], capture_output=True, text=True,
+                         check=True).stdout
+    return next(int(line.split()[0]) for line in out.splitlines() if line.split()[1] == "rafka-shard-0")
+
+
+def anon_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no RssAnon")
+
+
+def data_dir(pid: int) -> Path:
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return Path(args[args.index(b"--data-dir") + 1].decode())
+
+
+def evict(directory: Path) -> int:
+    """Drop the WAL data files' pages from the page cache; the bytes they hold."""
+    total = 0
+    for path in (directory / "logs").rglob("*.wal"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            total += os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+    return total
+
+
+def consume(bootstrap: str, topic: str, count: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
+                  "fetch.max.bytes": 52428800})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got, start, deadline = 0, time.perf_counter(), time.perf_counter() + 300
+    while got < count and time.perf_counter() < deadline:
+        got += sum(1 for m in c.consume(10000, 0.5) if not m.error())
+    secs = time.perf_counter() - start
+    c.close()
+    if got < count:
+        raise RuntimeError(f"consumed {got} of {count}")
+    return count * 1000 / 1e6 / secs
+
+
+def run(flags: list[str], mb: int) -> tuple[float, float, float | None]:
+    """(heap growth MB, warm consume MB/s, cold consume MB/s or None)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    count = mb * 1000
+    with rafka(*flags, shards=1) as bootstrap:
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+        pid = shard_pid(bootstrap.pid)
+        before = anon_mb(pid)
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+        payload = b"x" * 1000
+        for _ in range(count):
+            while True:
+                try:
+                    p.produce(topic, payload)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        if p.flush(120):
+            raise RuntimeError("produce did not finish")
+        time.sleep(0.5)
+        grew = anon_mb(pid) - before
+        warm = consume(bootstrap, topic, count)
+        cold = None
+        if "--in-memory" not in flags:
+            evict(data_dir(pid))
+            cold = consume(bootstrap, topic, count)
+        return grew, warm, cold
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=int, default=200)
+    args = ap.parse_args()
+    d_grew, d_warm, d_cold = run([], args.mb)
+    m_grew, m_warm, _ = run(["--in-memory"], args.mb)
+    rows = [
+        [f"shard heap growth for {args.mb} MB retained", f"{d_grew:.1f} MB", f"{m_grew:.1f} MB",
+         f"{d_grew / max(m_grew, 1e-9):.2f}x"],
+        ["consume from offset 0, warm", f"{d_warm:.1f} MB/s", f"{m_warm:.1f} MB/s", f"{d_warm / m_warm:.2f}x"],
+        ["consume from offset 0, cold (page cache evicted)", f"{d_cold:.1f} MB/s", "", f"{d_cold / m_warm:.2f}x"],
+    ]
+    print(table(rows, ["", "rafka (batch fsync, paged)", "rafka --in-memory (same run)", "ratio"]))
+
+
+if __name__ == "__main__":
+    main()
