@@ -26,13 +26,15 @@ def free_port() -> int:
 
 
 class Broker(str):
-    """A bootstrap address that also knows the pid of the `rafka serve` behind it."""
+    """A bootstrap address that also knows the pid and data directory of the `rafka serve` behind it."""
 
     pid: int
+    data_dir: Path
 
-    def __new__(cls, address: str, pid: int) -> Self:
+    def __new__(cls, address: str, pid: int, data_dir: str = "") -> Self:
         self = super().__new__(cls, address)
         self.pid = pid
+        self.data_dir = Path(data_dir)
         return self
 
     def __reduce__(self) -> tuple[type, tuple[str]]:
@@ -50,7 +52,7 @@ def rafka(*flags: str, shards: int = 1) -> Iterator[Broker]:
         try:
             _wait_port(port)
             time.sleep(1.0)  # shards connected
-            yield Broker(f"127.0.0.1:{port}", proc.pid)
+            yield Broker(f"127.0.0.1:{port}", proc.pid, data)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:

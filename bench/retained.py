@@ -3,9 +3,10 @@
 One confluent-kafka producer writes MB megabytes (1 KB records, acks=all) to a 1-partition
 topic with Kafka's default segment and retention configs; the shard's anonymous resident
 memory (RssAnon: its heap, not the page cache of mapped WAL files) is read before and after.
-Then a consumer reads it all back from offset 0 (warm: the page cache holds it), and, for the
-durable broker, again after the WAL files are evicted from the page cache (cold: read from
-disk; ``posix_fadvise(DONTNEED)``, which leaves pages a process has faulted in). The baseline
+Then a consumer reads it all back from offset 0: for the durable broker first with the WAL
+files evicted from the page cache (cold: read from disk; ``posix_fadvise(DONTNEED)``, which
+leaves the pages a process has faulted in, hence first), then again (warm: the page cache
+holds it). The baseline
 is the same broker with ``--in-memory``, which keeps every batch in its heap, in the same run.
 Usage: python bench/retained.py [--mb 200]
 """
@@ -33,11 +34,6 @@ def anon_mb(pid: int) -> float:
         if line.startswith("RssAnon:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no RssAnon")
-
-
-def data_dir(pid: int) -> Path:
-    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return Path(args[args.index(b"--data-dir") + 1].decode())
 
 
 def evict(directory: Path) -> int:
@@ -77,7 +73,8 @@ def run(flags: list[str], mb: int) -> tuple[float, float, float | None]:
     count = mb * 1000
     with rafka(*flags, shards=1) as bootstrap:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
-        AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
         pid = shard_pid(bootstrap.pid)
         before = anon_mb(pid)
         p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
@@ -93,11 +90,11 @@ def run(flags: list[str], mb: int) -> tuple[float, float, float | None]:
             raise RuntimeError("produce did not finish")
         time.sleep(0.5)
         grew = anon_mb(pid) - before
-        warm = consume(bootstrap, topic, count)
         cold = None
-        if "--in-memory" not in flags:
-            evict(data_dir(pid))
+        if "--in-memory" not in flags:  # first: pages a fetch faulted in stay mapped, and eviction leaves them
+            evict(bootstrap.data_dir)
             cold = consume(bootstrap, topic, count)
+        warm = consume(bootstrap, topic, count)
         return grew, warm, cold
 
 

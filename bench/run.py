@@ -24,6 +24,7 @@ FULL = [
     ["groups.py"],
     ["offsets.py"],
     ["produce_consume.py"],
+    ["retained.py"],
     ["cleaner.py"],
     ["settle.py"],
     ["tracing.py"],
@@ -33,6 +34,7 @@ QUICK = [
     ["groups.py", "--members", "1000", "--groups", "100", "--seconds", "2"],
     ["offsets.py", "--offsets", "100000"],
     ["produce_consume.py", "--records", "50000"],
+    ["retained.py", "--mb", "50"],
     ["cleaner.py", "--records", "20000", "--keys", "1000"],
     ["tracing.py", "--n", "50000"],
 ]
