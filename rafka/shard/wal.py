@@ -240,7 +240,7 @@ class Wal:
                 org, topic = ids.dir_name(key[2]), ids.dir_name(key[3])
                 path = self.root / "logs" / f"{key[1]:02d}" / org / topic / str(key[4])
                 seg = self.segment_bytes
-            s = self.streams[key] = Stream(path, seg, data=key[0] == "logs")
+            s = self.streams[key] = Stream(path, seg, data=key[0] == "logs", fsync=self.fsync != "never")
             if s.data:
                 s.on_segment = lambda *segment, part=key[2:]: self._on_segment(part, *segment)
         return s

@@ -123,9 +123,10 @@ def _entry_at(data: bytes, pos: int) -> tuple[Any, int, str | None]:
 class Stream:
     """One append-only sequence of segments in a directory."""
 
-    def __init__(self, directory: Path, segment_bytes: int, data: bool = False) -> None:
+    def __init__(self, directory: Path, segment_bytes: int, data: bool = False, fsync: bool = True) -> None:
         self.dir = directory
         self.data = data  # a topic partition's log (else a coordinator partition's meta stream)
+        self.fsync = fsync  # a rolled segment is fsynced before the next one starts (not with --fsync never)
         self.segment_bytes = segment_bytes
         self.fd: int | None = None
         self.seq = 0
@@ -342,7 +343,8 @@ class Stream:
         fd, self.fd = self.fd, None
         try:
             os.ftruncate(fd, self.size)  # type: ignore[arg-type]  # sealed: its entries only
-            os.fsync(fd)  # type: ignore[arg-type]
+            if self.fsync:
+                os.fsync(fd)  # type: ignore[arg-type]
         finally:
             os.close(fd)  # type: ignore[arg-type]
         self._open(self.seq + 1)

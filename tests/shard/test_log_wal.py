@@ -3,6 +3,7 @@ dropped the segments below a log start."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -524,3 +525,23 @@ def test_a_log_rolling_at_the_smallest_segment_bytes_rolls_its_stream_each_time(
     wal.close()
     sizes = sorted(f.stat().st_size for f in (tmp_path / "logs").rglob("*.wal"))
     assert len(sizes) >= 9 and sizes[-1] < 1_000_000, sizes
+
+
+@pytest.mark.parametrize("policy", ["never", "always"])
+def test_a_rolled_segment_is_fsynced_unless_the_policy_is_never(tmp_path: Path, policy: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """--fsync never made one fsync per segment roll all the same (per MiB with 1 MiB segments)."""
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    wal = Wal(tmp_path, set(range(PARTITIONS)), PARTITIONS, fsync=policy, data_roll_bytes=3_000)
+    logs = LogManager(coordinator_partitions=PARTITIONS)
+    for i in range(40):
+        _write(wal, logs, b"v" * 1000, {"segment.bytes": "4000"}, i)
+    rolled = len(list((tmp_path / "logs").rglob("*.wal"))) - 1
+    assert rolled >= 5
+    if policy == "never":
+        assert calls == []
+    else:  # each roll, and the directories that gained a file
+        assert len(calls) >= rolled
+    wal.close()
