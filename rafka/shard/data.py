@@ -14,6 +14,7 @@ Responses are plain msgpack data (topic ids as strings).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -88,7 +89,8 @@ class DataPlane:
         self._paging = False  # live (after recovery, with a WAL): partitions' batches in memory are counted
         self.unpaged: dict[PartitionKey, int] = {}  # bytes of batches appended since their last page-out
         self._due: set[PartitionKey] = set()  # partitions whose active segment is paged at the next tick
-        self._active: dict[PartitionKey, tuple[Path, int, int]] = {}  # (segment, byte, offset) where it stopped
+        # active segments: (path, mapping, byte, offset) where the last page-out stopped
+        self._active: dict[PartitionKey, tuple[Path, memoryview, int, int]] = {}
         self._paging_warned = -60.0
         self.watchers: dict[tuple[str, str, int], set[str]] = {}
 
@@ -123,24 +125,29 @@ class DataPlane:
     # -- paging (rafka.shard.paging) -----------------------------------------
     def page_out(self, key: PartitionKey, path: Path, first: int, last: int, sealed: bool,
                  written: int | None = None) -> None:
-        """Read ``key``'s batches in a WAL segment from the file; an active one from where the last
-        page-out of it stopped."""
+        """Read ``key``'s batches in a WAL segment from the file, through one mapping of it: an
+        active segment's is made as long as a segment may grow and kept for its next page-out,
+        which starts where this one stopped; a sealed one's ends there."""
         prev = self._active.pop(key, None)
         plog = self.logs.logs.get(key)
         if plog is None:
             return
-        pos, resume = (prev[1], max(first, prev[2])) if prev and prev[0] == path and not sealed else (0, first)
-        self.unpaged.pop(key, None)
+        view, pos, resume = (prev[1], prev[2], max(first, prev[3])) if prev and prev[0] == path else (None, 0, first)
         try:
-            _paged, pos, resume = paging.page_out(plog, path, resume, last, sealed, written, pos)
+            size = os.stat(path).st_size if written is None else written
+            if view is None or len(view) < size:  # (a segment of one entry may exceed the segment size)
+                view, pos, resume = paging.map_segment(path, size if sealed else max(size, self.wal.segment_bytes)), 0, first
+            _paged, pos, resume = paging.page_out(plog, path, view, resume, last, sealed, written, pos)
         except OSError as exc:  # its batches stay in memory
             self._paging_failed(path, exc)
             return
         except Exception:  # never into the append that rolled the segment: its records are logged, not applied yet
             log.exception("%s: paging failed; its batches stay in memory", path)
             return
+        finally:
+            self.unpaged.pop(key, None)
         if not sealed:
-            self._active[key] = (path, pos, resume)
+            self._active[key] = (path, view, pos, resume)
 
     def _paging_failed(self, path: Path, exc: OSError) -> None:
         now = time.monotonic()

@@ -9,25 +9,27 @@ records are replayed: at a roll (the segment is *sealed*: cut to its entries, fs
 never written again), for each segment recovery replays, and for the active segment once
 its partition has ``PAGE_ACTIVE_BYTES`` more in memory (rafka.shard.data). So a shard's heap
 holds under ``PAGE_ACTIVE_BYTES`` of each partition's batches and a view per older batch
-(~300 bytes with its offsets), not every byte retention keeps. A batch under ``MIN_PAGED_BYTES`` stays in
-memory, as its view would cost about as much.
+(~300 bytes with its offsets), not every byte retention keeps. A batch under
+``MIN_PAGED_BYTES`` stays in memory, as its view would cost about as much.
 
 A batch is found in the file by its 61-byte header (base offset, length, epoch, magic and
-the CRC of the rest), searched from where the previous one ended: the log's batches of
-the segment's offsets are in it, in order. In a sealed segment one not found (it is
-elsewhere: a clean's output, or a batch the log replaced) stays as it is, and after
-``MAX_MISSES`` the rest of the segment is left alone, so a segment costs at most a few
-scans. In the active segment the search stops at the first batch not found (not written
-to the file yet) and resumes there next time.
+the CRC of the rest), searched from where the previous one ended, then compared whole (a
+record value may hold another batch's header): the log's batches of the segment's offsets
+are in it, in order. One not found before a batch that is found is elsewhere (a clean's
+output) and stays in memory; after ``MAX_MISSES`` the rest of the segment is left, so a
+page-out costs at most a few scans. In an active segment the batches missed after the last
+one found may not be written yet: its next page-out starts with them.
 
-The active segment is mapped up to what was written (appends only add past it; nothing
-cuts a segment below its entries). Its mappings are *partial*: when it is sealed, the
-whole file is mapped once more and the views of the partial ones move to it, so a sealed
-segment costs one mapping. Files are mapped with mmap(2) through ctypes and the descriptor
-closed at once (Python 3.11's ``mmap`` keeps a descriptor per mapping); a mapping goes
-with its last view, so a file that retention unlinks keeps its disk space until the log
-lets go of its batches. Mappings are counted: past ``MAX_MAPPINGS`` (half the kernel's
-``vm.max_map_count``, which the allocator needs too) batches stay in memory.
+Each segment file is mapped once: an active segment as long as it may grow (the stream's
+segment size; only bytes written are ever viewed, and nothing cuts a segment below its
+entries), kept for its later page-outs and for the one at its roll. Files are mapped with
+mmap(2) through ctypes and the descriptor closed at once (Python 3.11's ``mmap`` keeps a
+descriptor per mapping); a mapping goes with its last view, so a file that retention
+unlinks keeps its disk space until the log lets go of its batches. Mappings are counted:
+past ``MAX_MAPPINGS`` (half the kernel's ``vm.max_map_count``, which the allocator needs
+too) batches stay in memory. A read of a page the kernel dropped happens on the shard's
+loop: a fetch of old data waits for the disk and holds the shard's other work meanwhile,
+and an I/O error there ends the process (SIGBUS) where a read(2) would have failed.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from rafka.shard.log.partition import PartitionLog
 
 MIN_PAGED_BYTES = 512  # a smaller batch stays in memory: its view (~184 bytes) would save little or nothing
 PAGE_ACTIVE_BYTES = 1 << 20  # a partition's batches in memory that page its active segment
-MAX_MISSES = 4  # batches of a sealed segment not found in it before the rest of it is left alone
+MAX_MISSES = 4  # batches not found in a segment before a page-out leaves the rest of it
 _HEADER = 61  # a record batch's header: base offset .. records count
 
 
@@ -67,26 +69,34 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-def page_out(plog: PartitionLog, path: Path, first: int, last: int, sealed: bool = True,
+def map_segment(path: Path, length: int) -> memoryview:
+    """A read-only view of the first ``length`` bytes of the file at ``path``, mapped without a
+    descriptor and unmapped once no view of it is left. ``length`` may reach past the file's
+    end (an active segment grows into it): only bytes written are ever viewed."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _map(fd, length, path)
+    finally:
+        os.close(fd)
+
+
+def page_out(plog: PartitionLog, path: Path, view: memoryview, first: int, last: int, sealed: bool = True,
              written: int | None = None, pos: int = 0) -> tuple[int, int, int]:
     """Swap ``plog``'s batches with base offsets from ``first`` to ``last`` that the segment at
-    ``path`` holds (its first ``written`` bytes; all of it if None) for views of the file,
-    searching from byte ``pos``. ``(bytes swapped, the byte after the last batch found, the
-    offset to resume from in an active segment)``; ``OSError`` if it cannot be mapped."""
+    ``path`` holds (its first ``written`` bytes; all of it if None) for slices of ``view``, a
+    mapping of that file, searching from byte ``pos``. ``(bytes swapped, the byte after the
+    last batch found, the offset the next page-out of an active segment starts from)``."""
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size if written is None else written
+        size = min(os.fstat(f.fileno()).st_size if written is None else written, len(view))
         if size <= pos:
             return 0, pos, first
         with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as haystack:  # for find(); closed at once
-            view = _map(f.fileno(), size, path)
-            view.obj.file = os.fstat(f.fileno()).st_ino  # type: ignore[union-attr]
-            view.obj.sealed = sealed  # type: ignore[union-attr]
             return _swap(plog, haystack, view, first, last, sealed, pos)
 
 
 def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int, last: int, sealed: bool,
           pos: int) -> tuple[int, int, int]:
-    paged, misses, inode = 0, 0, view.obj.file  # type: ignore[union-attr]
+    paged, misses, unfound = 0, 0, None  # unfound: the first batch missed since the last one found
     segments = plog.segments
     si = max(bisect.bisect_right(segments, first, key=lambda s: s.base_offset) - 1, 0)
     for seg in segments[si:]:
@@ -95,27 +105,38 @@ def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int,
         batches, bases = seg.batches, seg.base_offsets
         for i in range(bisect.bisect_left(bases, first), len(batches)):
             if bases[i] > last:
-                return paged, pos, last + 1
+                break
             batch = batches[i]
-            n = len(batch)
-            if n < MIN_PAGED_BYTES:
-                continue
-            if type(batch) is not bytes:  # a view: moved only from a partial mapping of this file to a sealed one
-                owner = batch.obj
-                if not sealed or owner.sealed or owner.file != inode:
-                    continue
-            at = haystack.find(bytes(batch[:_HEADER]), pos)
+            if type(batch) is not bytes or len(batch) < MIN_PAGED_BYTES:
+                continue  # a view already, or small
+            at = _find(haystack, batch, pos)
             if at < 0:
-                if not sealed:
-                    return paged, pos, bases[i]  # not written yet: the next page-out starts here
+                unfound = bases[i] if unfound is None else unfound
                 misses += 1
                 if misses >= MAX_MISSES:
-                    return paged, pos, last + 1
+                    break
                 continue
-            batches[i] = view[at : at + n]
-            pos = at + n
-            paged += n
-    return paged, pos, last + 1
+            unfound = None
+            batches[i] = view[at : at + len(batch)]
+            pos = at + len(batch)
+            paged += len(batch)
+        else:
+            continue
+        break
+    # batches missed after the last one found may not be written yet: an active segment's next page-out
+    # looks for them again; missed ones before a batch found are elsewhere (a clean's output) and stay
+    return paged, pos, last + 1 if sealed or unfound is None else unfound
+
+
+def _find(haystack: mmap.mmap, batch: bytes, pos: int) -> int:
+    """Where ``batch`` is in the file at or after ``pos``, or -1: found by its header, then compared
+    whole (a record value may hold another batch's header)."""
+    header, n, end = batch[:_HEADER], len(batch), len(haystack)
+    while (at := haystack.find(header, pos)) >= 0 and at + n <= end:
+        if haystack[at : at + n] == batch:  # a copy, then memcmp: a memoryview compares byte by byte
+            return at
+        pos = at + 1
+    return -1
 
 
 def _map(fd: int, size: int, path: Path) -> memoryview:
@@ -131,7 +152,9 @@ def _map(fd: int, size: int, path: Path) -> memoryview:
     with _count:
         mappings += 1
     buf = (ctypes.c_char * size).from_address(addr)
-    weakref.finalize(buf, _unmap, addr, size)  # every view holds ``buf``: the last one unmaps
+    # every view holds ``buf``: the last one unmaps; not at exit, where a daemon thread (the log
+    # cleaner's) may still read a view
+    weakref.finalize(buf, _unmap, addr, size).atexit = False
     return memoryview(buf).cast("B").toreadonly()
 
 
