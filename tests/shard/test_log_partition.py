@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from rafka.protocol.cleaning import empty_batch
 from rafka.protocol.records import (
     CompressionType,
     SimpleRecord,
@@ -322,3 +323,34 @@ def test_log_append_time_applies_to_a_recompressed_batch() -> None:
     header, _ = _stored(log)
     assert header.compression == CompressionType.ZSTD and header.is_log_append_time
     assert header.max_timestamp == 777_000
+
+
+class _CountingReads(list):  # type: ignore[type-arg]
+    """A segment's batches, counting the reads of one (a paged batch's are reads of a file)."""
+
+    reads = 0
+
+    def __getitem__(self, i: Any) -> Any:
+        _CountingReads.reads += 1
+        return super().__getitem__(i)
+
+
+def test_timestamp_lookups_read_only_the_batches_they_answer_from() -> None:
+    log = PartitionLog()
+    for i in range(300):
+        append(log, build_batch([SimpleRecord(None, b"v", 1000 + i)]))
+    for seg in log.segments:
+        seg.batches = _CountingReads(seg.batches)
+    _CountingReads.reads = 0
+    assert log.list_offset(-3) == (299, 1299) and log.list_offset(1150) == (150, 1150)
+    assert _CountingReads.reads <= 4, "the timestamps kept beside the batches pick the one to read"
+
+
+def test_the_largest_timestamp_is_looked_for_past_batches_a_clean_emptied() -> None:
+    log = PartitionLog()
+    for ts in (10, 50, 30, 50):
+        append(log, build_batch([SimpleRecord(None, b"v", ts)]))
+    seg = log.segments[0]
+    for i in (1, 3):  # both batches carrying 50 lost their records to a clean
+        seg.batches[i] = empty_batch(parse_header(seg.batches[i]))
+    assert log.list_offset(-3) == (2, 30)

@@ -358,8 +358,11 @@ class PartitionLog:
             bi = 0
         return Errors.NONE, out
 
-    def _live_batches(self, min_timestamp: int | None = None) -> Iterator[tuple[bytes, int]]:
-        """``(batch, max_timestamp)`` of batches at/after the log start, skipping old segments."""
+    def _live_batches(self, min_timestamp: int | None = None) -> Iterator[tuple[Segment, int, int]]:
+        """``(segment, index, max_timestamp)`` of batches at/after the log start, skipping old
+        segments and batches older than ``min_timestamp``; a batch a clean emptied is the caller's
+        to skip (``_emptied``), so that only the batches it looks at are read (a sealed
+        segment's are read from the file)."""
         for seg in self.segments:
             if seg.next_offset <= self.log_start_offset or not seg.batches:
                 continue
@@ -367,8 +370,8 @@ class PartitionLog:
                 continue
             first = max(bisect.bisect_right(seg.base_offsets, self.log_start_offset) - 1, 0)
             for i in range(first, len(seg.batches)):
-                if seg.batches[i][57:61] != _NO_RECORDS:  # not a header a clean emptied
-                    yield seg.batches[i], seg.max_timestamps[i]
+                if min_timestamp is None or seg.max_timestamps[i] >= min_timestamp:
+                    yield seg, i, seg.max_timestamps[i]
 
     def list_offset(self, timestamp: int) -> tuple[int, int]:
         """ListOffsets for one timestamp: ``(offset, timestamp)``, ``(-1, -1)`` if none.
@@ -382,16 +385,21 @@ class PartitionLog:
         if timestamp == LATEST_TIMESTAMP:
             return self.log_end_offset, -1
         if timestamp == MAX_TIMESTAMP:
-            best: tuple[bytes, int] | None = None
-            for batch, max_ts in self._live_batches():
-                if best is None or max_ts > best[1]:
-                    best = (batch, max_ts)
+            # the first batch with the largest timestamp, found by the timestamps alone; only when a clean
+            # emptied every batch carrying it, each batch is read to see which still holds records
+            top = max((ts for _seg, _i, ts in self._live_batches()), default=None)
+            best = next(((seg.batches[i], ts) for seg, i, ts in self._live_batches()
+                         if ts == top and not _emptied(seg.batches[i])), None)
+            if best is None and top is not None:
+                for seg, i, max_ts in self._live_batches():
+                    if (best is None or max_ts > best[1]) and not _emptied(seg.batches[i]):
+                        best = (seg.batches[i], max_ts)
             return (-1, -1) if best is None else self._find_in_batch(best[0], best[1], exact=True)
         if timestamp < 0:
             return -1, -1
-        for batch, max_ts in self._live_batches(timestamp):
-            if max_ts >= timestamp:
-                found = self._find_in_batch(batch, timestamp, exact=False)
+        for seg, i, _max_ts in self._live_batches(timestamp):
+            if not _emptied(seg.batches[i]):
+                found = self._find_in_batch(seg.batches[i], timestamp, exact=False)
                 if found[0] >= 0:
                     return found
         return -1, -1
@@ -419,6 +427,11 @@ class PartitionLog:
         if exact and records:  # the batch header claims a max the records do not carry
             return max(records[0].offset, self.log_start_offset), header.max_timestamp
         return -1, -1
+
+
+def _emptied(batch: bytes) -> bool:
+    """Whether ``batch`` is a header a clean left without records."""
+    return batch[57:61] == _NO_RECORDS
 
 
 def _add(seg: Segment, batch: bytes, header: BatchHeader | None = None, append_ms: int = -1) -> None:
