@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,6 +121,17 @@ def mock_cluster() -> Iterator[str]:
     finally:
         handle.flush(1)
         del handle
+
+
+def produce_all(producer: Any, topic: str, payload: bytes, count: int) -> None:
+    """Queue ``count`` records on a confluent-kafka producer, waiting while its queue is full."""
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, payload)
+                break
+            except BufferError:
+                producer.poll(0.01)
 
 
 def table(rows: list[list[object]], header: list[str]) -> str:

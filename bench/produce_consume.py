@@ -12,7 +12,7 @@ import argparse
 import time
 import uuid
 
-from common import mock_cluster, rafka, table
+from common import mock_cluster, produce_all, rafka, table
 
 
 def run(bootstrap: str, records: int, size: int, create: bool) -> tuple[float, float]:
@@ -29,13 +29,7 @@ def run(bootstrap: str, records: int, size: int, create: bool) -> tuple[float, f
     p.produce(topic, payload)  # warm up: metadata, connections
     p.flush(15)
     start = time.perf_counter()
-    for _ in range(records):
-        while True:
-            try:
-                p.produce(topic, payload)
-                break
-            except BufferError:
-                p.poll(0.01)
+    produce_all(p, topic, payload, records)
     p.flush(120)
     produce_s = time.perf_counter() - start
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",

@@ -20,7 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
-from common import rafka, table
+from common import produce_all, rafka, table
 
 
 def shard_pid(supervisor: int) -> int:
@@ -79,13 +79,7 @@ def run(flags: list[str], mb: int) -> tuple[float, float, float | None]:
         before = anon_mb(pid)
         p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
         payload = b"x" * 1000
-        for _ in range(count):
-            while True:
-                try:
-                    p.produce(topic, payload)
-                    break
-                except BufferError:
-                    p.poll(0.01)
+        produce_all(p, topic, payload, count)
         if p.flush(120):
             raise RuntimeError("produce did not finish")
         time.sleep(0.5)
