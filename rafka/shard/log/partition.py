@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,8 +83,9 @@ class Segment:
     base_offset: int
     created_ms: int = -1  # append time of its first batch
     batches: list[bytes] = field(default_factory=list)
-    base_offsets: list[int] = field(default_factory=list)
-    max_timestamps: list[int] = field(default_factory=list)
+    # 8 bytes a batch each, where a list of ints costs 40 (most batches are views of a file, ~200 bytes)
+    base_offsets: array[int] = field(default_factory=lambda: array("q"))
+    max_timestamps: array[int] = field(default_factory=lambda: array("q"))
     next_offset: int = 0  # offset after its last record
     size: int = 0
     retention_timestamp: int = -1  # newest record timestamp (append time if none)
@@ -344,12 +346,15 @@ class PartitionLog:
                 si, bi = si + 1, 0
         total, first = 0, True
         for seg in self.segments[si:]:
-            for j, batch in enumerate(seg.batches[bi:], bi):
+            batches = seg.batches
+            at_limit = seg.next_offset > limit  # only then may a batch here start at or past the limit
+            for j in range(bi, len(batches)):
+                batch = batches[j]
                 if first:
                     if batch_last_offset(batch) < fetch_offset:
                         continue  # compaction removed the rest of this batch: the next one, as Kafka
                     first = False
-                if seg.base_offsets[j] >= limit:
+                if at_limit and seg.base_offsets[j] >= limit:
                     return Errors.NONE, out
                 if total + len(batch) > max_bytes and (out or not min_one):
                     return Errors.NONE, out
