@@ -9,7 +9,7 @@ records are replayed: at a roll (the segment is *sealed*: cut to its entries, fs
 never written again), for each segment recovery replays, and for the active segment once
 its partition has ``PAGE_ACTIVE_BYTES`` more in memory (rafka.shard.data). So a shard's heap
 holds under ``PAGE_ACTIVE_BYTES`` of each partition's batches and a view per older batch
-(~300 bytes with its offsets), not every byte retention keeps. A batch under
+(~230 bytes with its offsets), not every byte retention keeps. A batch under
 ``MIN_PAGED_BYTES`` stays in memory, as its view would cost about as much.
 
 A batch is found in the file by its 61-byte header (base offset, length, epoch, magic and
