@@ -179,8 +179,6 @@ class DataPlane:
             self._active.pop(key, None)
 
     def _count_unpaged(self, key: PartitionKey, n: int) -> None:
-        if n < paging.MIN_PAGED_BYTES:
-            return
         n += self.unpaged.get(key, 0)
         self.unpaged[key] = n
         if n >= paging.PAGE_ACTIVE_BYTES and key not in self._due:

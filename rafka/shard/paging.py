@@ -1,16 +1,16 @@
 """A partition's batches are read from its write-ahead-log files, not held in the shard's heap.
 
 How this works. A partition's batches reach its WAL data stream byte for byte: the record
-holds the stamped batch the log keeps. ``page_out`` swaps the log's batches that a segment
-file holds for read-only views of the file mapped into memory. The kernel keeps those pages
+holds the stamped batch the log keeps. ``page_out`` moves the log's batches that a segment
+file holds to a read-only mapping of the file (``Batches.page``: a read is then a slice of
+it). The kernel keeps those pages
 in its page cache, drops them under memory pressure and reads them back when a fetch
 touches them, as Kafka serves reads from the page cache. It runs for each segment once its
 records are replayed: at a roll (the segment is *sealed*: cut to its entries, fsynced,
 never written again), for each segment recovery replays, and for the active segment once
 its partition has ``PAGE_ACTIVE_BYTES`` more in memory (rafka.shard.data). So a shard's heap
-holds under ``PAGE_ACTIVE_BYTES`` of each partition's batches and a view per older batch
-(~230 bytes with its offsets), not every byte retention keeps. A batch under
-``MIN_PAGED_BYTES`` stays in memory, as its view would cost about as much.
+holds under ``PAGE_ACTIVE_BYTES`` of each partition's batches and ~50 bytes per older batch
+(where it is in the file, its offset and timestamp), not every byte retention keeps.
 
 A batch is found in the file by its 61-byte header (base offset, length, epoch, magic and
 the CRC of the rest), searched from where the previous one ended, then compared whole (a
@@ -24,8 +24,9 @@ Each segment file is mapped once: an active segment as long as it may grow (the 
 segment size; only bytes written are ever viewed, and nothing cuts a segment below its
 entries), kept for its later page-outs and for the one at its roll. Files are mapped with
 mmap(2) through ctypes and the descriptor closed at once (Python 3.11's ``mmap`` keeps a
-descriptor per mapping); a mapping goes with its last view, so a file that retention
-unlinks keeps its disk space until the log lets go of its batches. Mappings are counted:
+descriptor per mapping); a mapping goes with the last segment and slice reading it, so a
+file that retention unlinks keeps its disk space until the log lets go of its batches.
+Mappings are counted:
 past ``MAX_MAPPINGS`` (half the kernel's ``vm.max_map_count``, which the allocator needs
 too) batches stay in memory. A read of a page the kernel dropped happens on the shard's
 loop: a fetch of old data waits for the disk and holds the shard's other work meanwhile,
@@ -45,7 +46,6 @@ from pathlib import Path
 
 from rafka.shard.log.partition import PartitionLog
 
-MIN_PAGED_BYTES = 512  # a smaller batch stays in memory: its view (~184 bytes) would save little or nothing
 PAGE_ACTIVE_BYTES = 1 << 20  # a partition's batches in memory that page its active segment
 MAX_MISSES = 4  # batches not found in a segment before a page-out leaves the rest of it
 _HEADER = 61  # a record batch's header: base offset .. records count
@@ -102,13 +102,13 @@ def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int,
     for seg in segments[si:]:
         if seg.base_offset > last:
             break
-        batches, bases = seg.batches, seg.base_offsets
-        for i in range(bisect.bisect_left(bases, first), len(batches)):
+        batches, bases, held = seg.batches, seg.base_offsets, seg.batches.held
+        for i in range(bisect.bisect_left(bases, first), len(held)):
             if bases[i] > last:
                 break
-            batch = batches[i]
-            if type(batch) is not bytes or len(batch) < MIN_PAGED_BYTES:
-                continue  # a view already, or small
+            batch = held[i]
+            if type(batch) is not bytes:
+                continue  # paged already (or a view a replay kept)
             at = _find(haystack, batch, pos)
             if at < 0:
                 unfound = bases[i] if unfound is None else unfound
@@ -117,7 +117,7 @@ def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int,
                     break
                 continue
             unfound = None
-            batches[i] = view[at : at + len(batch)]
+            batches.page(i, view, at)
             pos = at + len(batch)
             paged += len(batch)
         else:

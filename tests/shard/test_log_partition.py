@@ -352,5 +352,5 @@ def test_the_largest_timestamp_is_looked_for_past_batches_a_clean_emptied() -> N
         append(log, build_batch([SimpleRecord(None, b"v", ts)]))
     seg = log.segments[0]
     for i in (1, 3):  # both batches carrying 50 lost their records to a clean
-        seg.batches[i] = empty_batch(parse_header(seg.batches[i]))
+        seg.batches.held[i] = empty_batch(parse_header(seg.batches[i]))
     assert log.list_offset(-3) == (2, 30)

@@ -62,6 +62,7 @@ from rafka.protocol.records import (
     set_log_append_time,
     stamp_batch,
 )
+from rafka.shard.log.batches import Batches
 from rafka.shard.log.config import LogConfig
 from rafka.shard.log.errors import Errors
 from rafka.shard.log.producers import BatchMetadata, ProducerStateManager
@@ -82,7 +83,7 @@ class Segment:
 
     base_offset: int
     created_ms: int = -1  # append time of its first batch
-    batches: list[bytes] = field(default_factory=list)
+    batches: Batches = field(default_factory=Batches)  # in memory, or read from a file once paged
     # 8 bytes a batch each, where a list of ints costs 40 (most batches are views of a file, ~200 bytes)
     base_offsets: array[int] = field(default_factory=lambda: array("q"))
     max_timestamps: array[int] = field(default_factory=lambda: array("q"))
@@ -346,10 +347,12 @@ class PartitionLog:
                 si, bi = si + 1, 0
         total, first = 0, True
         for seg in self.segments[si:]:
-            batches = seg.batches
+            batches, held = seg.batches, seg.batches.held
             at_limit = seg.next_offset > limit  # only then may a batch here start at or past the limit
-            for j in range(bi, len(batches)):
-                batch = batches[j]
+            for j in range(bi, len(held)):
+                batch = held[j]
+                if batch is None:  # paged: a slice of its file
+                    batch = batches[j]
                 if first:
                     if batch_last_offset(batch) < fetch_offset:
                         continue  # compaction removed the rest of this batch: the next one, as Kafka

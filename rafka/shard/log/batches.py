@@ -1,0 +1,78 @@
+"""A segment's batches: each held in memory, or a slice of a file mapping once paged.
+
+How this works. ``held[i]`` is batch ``i``'s bytes until ``page`` moves it to a file
+(rafka.shard.paging): then it is None and the batch is ``maps[which[i]]`` from
+``starts[i]`` for ``sizes[i]`` bytes, a slice made each time it is read. So a paged batch
+costs a list slot and three array items (~24 bytes), where its bytes (or a view kept per
+batch) would cost 200 or more. Reads see either form: ``page`` sets the arrays before it
+clears ``held[i]``, so a thread reading meanwhile (the log cleaner's) gets the bytes or the
+slice, never neither.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+
+class Batches:
+    """The batches of one segment, in offset order (a list's reads, ``append`` and ``page``)."""
+
+    __slots__ = ("held", "maps", "sizes", "starts", "which")
+
+    def __init__(self, batches: Iterable[bytes] = ()) -> None:
+        self.held: list[bytes | memoryview | None] = []
+        self.maps: list[memoryview] = []  # the file mappings paged batches are read from
+        self.which = array("I")
+        self.starts = array("Q")
+        self.sizes = array("I")
+        for batch in batches:
+            self.append(batch)
+
+    def append(self, batch: bytes | memoryview) -> None:
+        self.held.append(batch)
+        self.which.append(0)
+        self.starts.append(0)
+        self.sizes.append(0)
+
+    def page(self, i: int, mapping: memoryview, start: int) -> None:
+        """Read batch ``i`` from now on from ``mapping`` at ``start`` (it holds the same bytes)."""
+        maps = self.maps
+        if maps and maps[-1] is mapping:
+            m = len(maps) - 1
+        else:  # by identity (``in`` would compare views by content)
+            m = next((k for k, known in enumerate(maps) if known is mapping), -1)
+            if m < 0:
+                maps.append(mapping)
+                m = len(maps) - 1
+        self.which[i], self.starts[i], self.sizes[i] = m, start, len(self.held[i])  # type: ignore[arg-type]
+        self.held[i] = None
+
+    def paged(self, i: int) -> bool:
+        return self.held[i] is None
+
+    def __getitem__(self, i: int) -> Any:
+        batch = self.held[i]
+        if batch is not None:
+            return batch
+        start = self.starts[i]
+        return self.maps[self.which[i]][start : start + self.sizes[i]]
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def __bool__(self) -> bool:
+        return bool(self.held)
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self.held)):
+            yield self[i]
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == (list(other) if isinstance(other, Batches) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Batches({len(self.held)}, {sum(b is None for b in self.held)} paged)"
