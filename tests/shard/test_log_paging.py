@@ -16,6 +16,7 @@ from rafka.protocol.records import SimpleRecord, build_batch, iter_records, stam
 from rafka.rail import Op
 from rafka.shard import paging
 from rafka.shard.log import cleaner
+from rafka.shard.log.batches import Batches
 from rafka.shard.log.partition import PartitionLog
 from rafka.shard.records import Record
 from rafka.shard.state import build_state
@@ -250,3 +251,14 @@ def test_batches_not_written_to_the_file_yet_are_paged_by_the_next_page_out(tmp_
         written.append(shard.produce(bytes([i]) * 20_000, i, {}))
     assert _in_memory(shard.log) < paging.PAGE_ACTIVE_BYTES + 20_100, "the first 60 too, once written"
     assert shard.read_all() == b"".join(written)
+
+
+def test_batches_read_alike_held_or_paged_and_a_paged_one_costs_no_object() -> None:
+    mapping = memoryview(b"..abc..defg")
+    batches = Batches([b"abc", b"defg", b"hi"])
+    batches.page(0, mapping, 2)
+    batches.page(1, mapping, 7)
+    assert [bytes(b) for b in batches] == [b"abc", b"defg", b"hi"] and batches == [b"abc", b"defg", b"hi"]
+    assert bytes(batches[-3]) == b"abc" and batches.held == [None, None, b"hi"] and batches.maps == [mapping]
+    batches.page(2, memoryview(b"hi"), 0)
+    assert len(batches.maps) == 2 and bytes(batches[2]) == b"hi" and len(batches) == 3 and batches
