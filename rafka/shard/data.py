@@ -170,16 +170,20 @@ class DataPlane:
         if record.type == RecordType.PARTITION_BATCH:
             self.timer_wake(appended_partitions([record]))
             if self._paging:
-                self._count_unpaged(tuple(record.key), len(record.value["batch"]))
+                self._count_unpaged(tuple(record.key), len(record.value["batch"]), 1)
         elif record.type == RecordType.PARTITION_COMPACTED and self._paging:
-            self._count_unpaged(tuple(record.key), sum(len(b) for seg in record.value["segments"] for b in seg[4]))
+            cleaned = [b for seg in record.value["segments"] for b in seg[4]]
+            self._count_unpaged(tuple(record.key), sum(map(len, cleaned)), len(cleaned))
         elif record.type == RecordType.PARTITION_TRUNCATE and record.value is None:  # the log dropped
             key = tuple(record.key)
             self.unpaged.pop(key, None)
             self._active.pop(key, None)
 
-    def _count_unpaged(self, key: PartitionKey, n: int) -> None:
-        n += self.unpaged.get(key, 0)
+    def _count_unpaged(self, key: PartitionKey, size: int, batches: int) -> None:
+        """Page ``key``'s active segment at the next tick once it has ``PAGE_ACTIVE_BYTES`` more in
+        memory, counting each batch as at least ``PAGE_BATCH_COST`` (a page-out's work is per batch:
+        ~1.6 us each, so one of many small batches holds the loop no longer than a few ms)."""
+        n = self.unpaged.get(key, 0) + max(size, paging.PAGE_BATCH_COST * batches)
         self.unpaged[key] = n
         if n >= paging.PAGE_ACTIVE_BYTES and key not in self._due:
             self._due.add(key)

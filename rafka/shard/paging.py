@@ -8,7 +8,8 @@ in its page cache, drops them under memory pressure and reads them back when a f
 touches them, as Kafka serves reads from the page cache. It runs for each segment once its
 records are replayed: at a roll (the segment is *sealed*: cut to its entries, fsynced,
 never written again), for each segment recovery replays, and for the active segment once
-its partition has ``PAGE_ACTIVE_BYTES`` more in memory (rafka.shard.data). So a shard's heap
+its partition has ``PAGE_ACTIVE_BYTES`` more in memory, or 2,048 batches (rafka.shard.data:
+a page-out costs ~1.6 µs a batch on the shard's loop). So a shard's heap
 holds under ``PAGE_ACTIVE_BYTES`` of each partition's batches and ~50 bytes per older batch
 (where it is in the file, its offset and timestamp), not every byte retention keeps.
 
@@ -47,6 +48,7 @@ from pathlib import Path
 from rafka.shard.log.partition import PartitionLog
 
 PAGE_ACTIVE_BYTES = 1 << 20  # a partition's batches in memory that page its active segment
+PAGE_BATCH_COST = 512  # what a batch counts for at least, toward PAGE_ACTIVE_BYTES: at most 2,048 a page-out
 MAX_MISSES = 4  # batches not found in a segment before a page-out leaves the rest of it
 _HEADER = 61  # a record batch's header: base offset .. records count
 
@@ -103,12 +105,14 @@ def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int,
         if seg.base_offset > last:
             break
         batches, bases, held = seg.batches, seg.base_offsets, seg.batches.held
+        which, starts, sizes, m = batches.which, batches.starts, batches.sizes, -1
         for i in range(bisect.bisect_left(bases, first), len(held)):
             if bases[i] > last:
                 break
             batch = held[i]
             if type(batch) is not bytes:
                 continue  # paged already (or a view a replay kept)
+            n = len(batch)
             at = _find(haystack, batch, pos)
             if at < 0:
                 unfound = bases[i] if unfound is None else unfound
@@ -117,9 +121,12 @@ def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int,
                     break
                 continue
             unfound = None
-            batches.page(i, view, at)
-            pos = at + len(batch)
-            paged += len(batch)
+            if m < 0:
+                m = batches.map_index(view)
+            which[i], starts[i], sizes[i] = m, at, n  # Batches.page, inlined: the arrays before held
+            held[i] = None
+            pos = at + n
+            paged += n
         else:
             continue
         break

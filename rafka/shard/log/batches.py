@@ -38,16 +38,19 @@ class Batches:
 
     def page(self, i: int, mapping: memoryview, start: int) -> None:
         """Read batch ``i`` from now on from ``mapping`` at ``start`` (it holds the same bytes)."""
+        self.which[i], self.starts[i], self.sizes[i] = self.map_index(mapping), start, len(self.held[i])  # type: ignore[arg-type]
+        self.held[i] = None
+
+    def map_index(self, mapping: memoryview) -> int:
+        """Where ``mapping`` is in ``maps``, added if it is not."""
         maps = self.maps
         if maps and maps[-1] is mapping:
-            m = len(maps) - 1
-        else:  # by identity (``in`` would compare views by content)
-            m = next((k for k, known in enumerate(maps) if known is mapping), -1)
-            if m < 0:
-                maps.append(mapping)
-                m = len(maps) - 1
-        self.which[i], self.starts[i], self.sizes[i] = m, start, len(self.held[i])  # type: ignore[arg-type]
-        self.held[i] = None
+            return len(maps) - 1
+        for k, known in enumerate(maps):  # by identity (``in`` would compare views by content)
+            if known is mapping:
+                return k
+        maps.append(mapping)
+        return len(maps) - 1
 
     def paged(self, i: int) -> bool:
         return self.held[i] is None
