@@ -3,15 +3,15 @@
 How this works. A partition's batches reach its WAL data stream byte for byte: the record
 holds the stamped batch the log keeps. ``page_out`` moves the log's batches that a segment
 file holds to a read-only mapping of the file (``Batches.page``: a read is then a slice of
-it). The kernel keeps those pages
-in its page cache, drops them under memory pressure and reads them back when a fetch
-touches them, as Kafka serves reads from the page cache. It runs for each segment once its
-records are replayed: at a roll (the segment is *sealed*: cut to its entries, fsynced,
-never written again), for each segment recovery replays, and for the active segment once
-its partition has ``PAGE_ACTIVE_BYTES`` more in memory, or 2,048 batches (rafka.shard.data:
-a page-out costs ~1.6 µs a batch on the shard's loop). So a shard's heap
-holds under ``PAGE_ACTIVE_BYTES`` of each partition's batches and ~50 bytes per older batch
-(where it is in the file, its offset and timestamp), not every byte retention keeps.
+it). The kernel keeps those pages in its page cache, drops them under memory pressure and
+reads them back when a fetch touches them, as Kafka serves reads from the page cache. It
+runs for each segment once its records are replayed: at a roll (the segment is *sealed*:
+cut to its entries, fsynced, never written again), for each segment recovery replays, and
+for the active segment once its partition has ``PAGE_ACTIVE_BYTES`` more in memory, or
+2,048 batches (rafka.shard.data; a page-out costs ~1.6 µs a batch on the shard's loop). So
+a shard's heap holds under ``PAGE_ACTIVE_BYTES`` of each partition's batches and ~50 bytes
+per older batch (where it is in the file, its offset and timestamp), not every byte
+retention keeps.
 
 A batch is found in the file by its 61-byte header (base offset, length, epoch, magic and
 the CRC of the rest), searched from where the previous one ended, then compared whole (a
