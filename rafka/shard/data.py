@@ -38,6 +38,7 @@ from rafka.shard.records import Record, RecordType
 Respond = Callable[[Any], None]
 log = logging.getLogger("rafka.shard")
 CLEANER_POLL_MS = 20  # how soon the loop looks again while a clean runs or more are due
+PAGES_PER_TICK = 4  # active segments paged per loop pass (rafka.shard.paging)
 
 
 def plain(value: Any) -> Any:
@@ -157,12 +158,15 @@ class DataPlane:
                         path, exc)
 
     def page_active(self, now_ms: int) -> list[Record]:
-        """Page the active segments of partitions that hold ``PAGE_ACTIVE_BYTES`` more in memory."""
-        due, self._due = self._due, set()
-        for key in due:
+        """Page the active segments of partitions that hold ``PAGE_ACTIVE_BYTES`` more in memory,
+        ``PAGES_PER_TICK`` at a time, so that other work comes between (each may take a few ms)."""
+        for _ in range(min(PAGES_PER_TICK, len(self._due))):
+            key = self._due.pop()
             active = self.wal.active_segment(*key) if self.wal is not None else None
             if active is not None:
                 self.page_out(key, active[0], active[1], active[2], False, active[3])
+        if self._due:
+            self.timer.schedule("log-pager", 0, self.page_active)
         return []
 
     def _replay_log(self, record: Record) -> None:

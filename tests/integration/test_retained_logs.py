@@ -69,8 +69,9 @@ def test_retained_data_is_served_from_the_files_not_held_in_the_shards_memory(tm
                     p.poll(0.05)
         assert p.flush(60) == 0
         grew = _anon_mb(pid) - before
-        # held in memory, the 96 MB would show here (54 MB of 48 MB did); paged, the shard keeps its active
-        # segment and a view per batch, and the allocator's high-water mark of the produce path (10-19 MB seen)
+        # held in memory, the 96 MB would show here (54 MB of 48 MB did); paged, the shard keeps under a MiB
+        # of batches, ~50 bytes per older batch, and the allocator's high-water mark of the produce path
+        # (7-19 MB seen)
         assert grew < 40, f"the shard's heap grew {grew:.1f} MB holding {COUNT * SIZE / 1e6:.0f} MB of records"
         assert _read_all(broker.bootstrap, topic) == COUNT
 

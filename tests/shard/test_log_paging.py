@@ -262,3 +262,22 @@ def test_batches_read_alike_held_or_paged_and_a_paged_one_costs_no_object() -> N
     assert bytes(batches[-3]) == b"abc" and batches.held == [None, None, b"hi"] and batches.maps == [mapping]
     batches.page(2, memoryview(b"hi"), 0)
     assert len(batches.maps) == 2 and bytes(batches[2]) == b"hi" and len(batches) == 3 and batches
+
+
+def test_a_replay_that_begins_inside_a_segment_keeps_its_paged_batches_paged() -> None:
+    """A compaction record whose offset falls inside a segment trims it (replay only): the batches
+    kept are read from where they were, not held as a view object each (found by review)."""
+    log = PartitionLog()
+    stored = []
+    for i in range(6):
+        plan = log.prepare_append([build_batch([SimpleRecord(b"k", bytes([i]) * 700, i)])], i)
+        log.apply_batch(plan.values[0])
+        stored.append(plan.values[0]["batch"])
+    mapping, at = memoryview(b"".join(stored)), 0
+    for i, batch in enumerate(stored):
+        log.segments[0].batches.page(i, mapping, at)
+        at += len(batch)
+    log.apply_compaction({"upto": 3, "segments": [], "log_start_offset": 3})
+    [seg] = log.segments
+    assert seg.batches.held == [None, None, None] and seg.batches[0:3] == stored[3:]
+    assert b"".join(log.read(3, 1 << 20)[1]) == b"".join(stored[3:])

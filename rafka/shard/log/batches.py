@@ -41,6 +41,11 @@ class Batches:
         self.which[i], self.starts[i], self.sizes[i] = self.map_index(mapping), start, len(self.held[i])  # type: ignore[arg-type]
         self.held[i] = None
 
+    def same_place(self, j: int, other: Batches, i: int) -> None:
+        """Read batch ``j`` from where ``other`` reads its batch ``i`` (the same bytes), if that is paged."""
+        if other.held[i] is None:
+            self.page(j, other.maps[other.which[i]], other.starts[i])
+
     def map_index(self, mapping: memoryview) -> int:
         """Where ``mapping`` is in ``maps``, added if it is not."""
         maps = self.maps
@@ -56,6 +61,8 @@ class Batches:
         return self.held[i] is None
 
     def __getitem__(self, i: int) -> Any:
+        if type(i) is slice:
+            return [self[j] for j in range(*i.indices(len(self.held)))]
         batch = self.held[i]
         if batch is not None:
             return batch

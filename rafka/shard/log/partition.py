@@ -84,7 +84,7 @@ class Segment:
     base_offset: int
     created_ms: int = -1  # append time of its first batch
     batches: Batches = field(default_factory=Batches)  # in memory, or read from a file once paged
-    # 8 bytes a batch each, where a list of ints costs 40 (most batches are views of a file, ~200 bytes)
+    # 8 bytes a batch each, where a list of ints costs 40 (a paged batch costs ~24 bytes in ``batches``)
     base_offsets: array[int] = field(default_factory=lambda: array("q"))
     max_timestamps: array[int] = field(default_factory=lambda: array("q"))
     next_offset: int = 0  # offset after its last record
@@ -381,6 +381,18 @@ class PartitionLog:
                 if min_timestamp is None or seg.max_timestamps[i] >= min_timestamp:
                     yield seg, i, seg.max_timestamps[i]
 
+    def _top_timestamp(self) -> int | None:
+        """The largest timestamp of a batch at or after the log start: a segment's own figure,
+        or for the one the log start falls inside, its batches' from there."""
+        top = None
+        for seg in self.segments:
+            if seg.next_offset <= self.log_start_offset or not seg.batches:
+                continue
+            first = max(bisect.bisect_right(seg.base_offsets, self.log_start_offset) - 1, 0)
+            ts = seg.max_timestamp if first == 0 else max(seg.max_timestamps[first:])
+            top = ts if top is None else max(top, ts)
+        return top
+
     def list_offset(self, timestamp: int) -> tuple[int, int]:
         """ListOffsets for one timestamp: ``(offset, timestamp)``, ``(-1, -1)`` if none.
 
@@ -393,11 +405,12 @@ class PartitionLog:
         if timestamp == LATEST_TIMESTAMP:
             return self.log_end_offset, -1
         if timestamp == MAX_TIMESTAMP:
-            # the first batch with the largest timestamp, found by the timestamps alone; only when a clean
-            # emptied every batch carrying it, each batch is read to see which still holds records
-            top = max((ts for _seg, _i, ts in self._live_batches()), default=None)
-            best = next(((seg.batches[i], ts) for seg, i, ts in self._live_batches()
-                         if ts == top and not _emptied(seg.batches[i])), None)
+            # the first batch with the largest timestamp, found by the segments' and batches' timestamps
+            # alone; only when a clean emptied every batch carrying it, each batch is read to see which
+            # still holds records
+            top = self._top_timestamp()
+            best = None if top is None else next(((seg.batches[i], ts) for seg, i, ts in self._live_batches(top)
+                                                  if not _emptied(seg.batches[i])), None)
             if best is None and top is not None:
                 for seg, i, max_ts in self._live_batches():
                     if (best is None or max_ts > best[1]) and not _emptied(seg.batches[i]):
@@ -458,8 +471,9 @@ def _add(seg: Segment, batch: bytes, header: BatchHeader | None = None, append_m
 def _trimmed(seg: Segment, upto: int) -> Segment:
     """The part of ``seg`` at or past ``upto`` (a segment replay began inside)."""
     out = Segment(upto, seg.created_ms, retention_timestamp=seg.retention_timestamp)
-    for batch, base in zip(seg.batches, seg.base_offsets, strict=True):
+    for i, base in enumerate(seg.base_offsets):
         if base >= upto:
-            _add(out, batch)
+            _add(out, seg.batches[i])
+            out.batches.same_place(len(out.batches) - 1, seg.batches, i)  # a paged batch stays paged
     out.next_offset = max(out.next_offset, seg.next_offset)
     return out
