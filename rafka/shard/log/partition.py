@@ -347,12 +347,14 @@ class PartitionLog:
                 si, bi = si + 1, 0
         total, first = 0, True
         for seg in self.segments[si:]:
-            batches, held = seg.batches, seg.batches.held
+            batches = seg.batches
+            held, maps, which, starts, sizes = batches.held, batches.maps, batches.which, batches.starts, batches.sizes
             at_limit = seg.next_offset > limit  # only then may a batch here start at or past the limit
             for j in range(bi, len(held)):
                 batch = held[j]
-                if batch is None:  # paged: a slice of its file
-                    batch = batches[j]
+                if batch is None:  # paged: a slice of its file (Batches.__getitem__, inlined)
+                    start = starts[j]
+                    batch = maps[which[j]][start : start + sizes[j]]
                 if first:
                     if batch_last_offset(batch) < fetch_offset:
                         continue  # compaction removed the rest of this batch: the next one, as Kafka
