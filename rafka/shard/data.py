@@ -262,8 +262,14 @@ class DataPlane:
         self.timer.schedule("log-cleaner", self.cleaner_backoff_ms, self.clean)
 
     def retention(self, now_ms: int) -> list[Record]:
-        """Periodic retention pass: delete whole segments past retention.ms / retention.bytes."""
+        """Periodic retention pass: delete whole segments past retention.ms / retention.bytes; and
+        page the partitions holding ``PAGE_IDLE_BYTES`` or more in memory (one that went quiet
+        would keep up to ``PAGE_ACTIVE_BYTES`` for good)."""
         self.timer.schedule("log-retention", self.retention_check_ms, self.retention)
+        quiet = {key for key, n in self.unpaged.items() if n >= paging.PAGE_IDLE_BYTES} - self._due
+        if quiet:
+            self._due |= quiet
+            self.timer.schedule("log-pager", 0, self.page_active)
         return self.logs.retention(now_ms)
 
     def clean(self, now_ms: int) -> list[Record]:

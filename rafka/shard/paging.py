@@ -8,10 +8,11 @@ reads them back when a fetch touches them, as Kafka serves reads from the page c
 runs for each segment once its records are replayed: at a roll (the segment is *sealed*:
 cut to its entries, fsynced, never written again), for each segment recovery replays, and
 for the active segment once its partition has ``PAGE_ACTIVE_BYTES`` more in memory, or
-2,048 batches (rafka.shard.data; a page-out costs ~1.6 µs a batch on the shard's loop). So
-a shard's heap holds under ``PAGE_ACTIVE_BYTES`` of each partition's batches and ~50 bytes
-per older batch (where it is in the file, its offset and timestamp), not every byte
-retention keeps.
+2,048 batches (rafka.shard.data; a page-out costs ~1.6 µs a batch on the shard's loop), and
+at each retention pass for those with ``PAGE_IDLE_BYTES`` more. So a shard's heap holds under
+``PAGE_ACTIVE_BYTES`` of each busy partition's batches, under ``PAGE_IDLE_BYTES`` of each quiet
+one's, and ~50 bytes per older batch (where it is in the file, its offset and timestamp), not
+every byte retention keeps.
 
 A batch is found in the file by its 61-byte header (base offset, length, epoch, magic and
 the CRC of the rest), searched from where the previous one ended, then compared whole (a
@@ -48,6 +49,7 @@ from pathlib import Path
 from rafka.shard.log.partition import PartitionLog
 
 PAGE_ACTIVE_BYTES = 1 << 20  # a partition's batches in memory that page its active segment
+PAGE_IDLE_BYTES = 64 << 10  # what a partition's retention pass pages, however long it took to gather
 PAGE_BATCH_COST = 512  # what a batch counts for at least, toward PAGE_ACTIVE_BYTES: at most 2,048 a page-out
 MAX_MISSES = 4  # batches not found in a segment before a page-out leaves the rest of it
 _HEADER = 61  # a record batch's header: base offset .. records count

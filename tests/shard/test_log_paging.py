@@ -281,3 +281,12 @@ def test_a_replay_that_begins_inside_a_segment_keeps_its_paged_batches_paged() -
     [seg] = log.segments
     assert seg.batches.held == [None, None, None] and seg.batches[0:3] == stored[3:]
     assert b"".join(log.read(3, 1 << 20)[1]) == b"".join(stored[3:])
+
+
+def test_a_quiet_partition_is_paged_by_the_retention_pass(tmp_path: Path) -> None:
+    shard = Shard(tmp_path)
+    written = [shard.produce(bytes([i]) * 2_000, i, {}) for i in range(50)]  # 100 KB: under a MiB
+    assert _kinds(shard.log).count("view") == 0
+    shard.apply(shard.timer.due["log-retention"](100))
+    shard.tick(100)
+    assert _in_memory(shard.log) == 0 and shard.read_all() == b"".join(written)
