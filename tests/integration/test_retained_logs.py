@@ -5,15 +5,17 @@ segment and the active one, paged each mebibyte."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.integration.clients import create_topic
+from tests.integration.clients import create_topic, read_aiokafka, read_confluent, read_kafka_python, read_kcat
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 
@@ -28,6 +30,18 @@ def _anon_mb(pid: int) -> float:
         if line.startswith("RssAnon:"):
             return int(line.split()[1]) / 1024
     raise AssertionError("no RssAnon")
+
+
+def _mapped_files(broker: Rafka) -> float:
+    """The shard's ``rafka_log_mapped_files``, once its state metrics (written every 5 s) show it."""
+    deadline = time.monotonic() + 15
+    while True:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5).read().decode()
+        found = re.search(r'^rafka_log_mapped_files\{shard="0"\} (\S+)$', body, re.MULTILINE)
+        if found or time.monotonic() > deadline:
+            assert found, "no rafka_log_mapped_files"
+            return float(found.group(1))
+        time.sleep(0.5)
 
 
 def _value(i: int) -> bytes:
@@ -129,5 +143,30 @@ def test_a_shard_killed_while_it_pages_loses_nothing_acknowledged(tmp_path: Path
             assert read == acked
             broker.stop()
             broker.start()
+    finally:
+        broker.stop()
+
+
+def test_every_client_reads_paged_batches(tmp_path: Path) -> None:
+    """5 MB in 1 MiB segments (sealed ones, and the active one paged by size), read back with
+    confluent-kafka, kafka-python, aiokafka and kcat after a restart (recovery paged them all)."""
+    broker = Rafka(tmp_path / "data", shards=1).start()
+    topic, count = _name("t"), 5_000
+    try:
+        create_topic(broker.bootstrap, topic, 1, {"segment.bytes": "1048576"})
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+        for i in range(count):
+            p.produce(topic, (b"%06d" % i) * 160, key=b"k%d" % i)
+            if i % 1000 == 999:
+                p.flush(30)
+        assert p.flush(30) == 0
+        broker.stop()
+        broker.start()
+        expected = [(i, b"k%d" % i, (b"%06d" % i) * 160) for i in range(count)]
+        assert read_confluent(broker.bootstrap, topic) == expected
+        assert read_kafka_python(broker.bootstrap, topic) == expected
+        assert read_aiokafka(broker.bootstrap, topic, count) == expected
+        assert read_kcat(broker.bootstrap, topic) == expected
+        assert _mapped_files(broker) >= 4, "the segments were read from their files"
     finally:
         broker.stop()
