@@ -138,7 +138,7 @@ class DataPlane:
             size = os.stat(path).st_size if written is None else written
             if view is None or len(view) < size:  # (a segment of one entry may exceed the segment size)
                 view, pos, resume = paging.map_segment(path, size if sealed else max(size, self.wal.segment_bytes)), 0, first
-            _paged, pos, resume = paging.page_out(plog, path, view, resume, last, sealed, written, pos)
+            _paged, pos, resume = paging.page_out(plog, path, view, resume, last, sealed, size, pos)
         except OSError as exc:  # its batches stay in memory
             self._paging_failed(path, exc)
             return
@@ -189,8 +189,13 @@ class DataPlane:
         ~1.6 us each, so one of many small batches holds the loop no longer than a few ms)."""
         n = self.unpaged.get(key, 0) + max(size, paging.PAGE_BATCH_COST * batches)
         self.unpaged[key] = n
-        if n >= paging.PAGE_ACTIVE_BYTES and key not in self._due:
-            self._due.add(key)
+        if n >= paging.PAGE_ACTIVE_BYTES:
+            self._page_soon({key})
+
+    def _page_soon(self, keys: set[PartitionKey]) -> None:
+        """Page the active segments of ``keys`` at the next tick."""
+        if not keys <= self._due:
+            self._due |= keys
             self.timer.schedule("log-pager", 0, self.page_active)
 
     # -- catalogue ----------------------------------------------------------
@@ -266,10 +271,7 @@ class DataPlane:
         page the partitions holding ``PAGE_IDLE_BYTES`` or more in memory (one that went quiet
         would keep up to ``PAGE_ACTIVE_BYTES`` for good)."""
         self.timer.schedule("log-retention", self.retention_check_ms, self.retention)
-        quiet = {key for key, n in self.unpaged.items() if n >= paging.PAGE_IDLE_BYTES} - self._due
-        if quiet:
-            self._due |= quiet
-            self.timer.schedule("log-pager", 0, self.page_active)
+        self._page_soon({key for key, n in self.unpaged.items() if n >= paging.PAGE_IDLE_BYTES})
         return self.logs.retention(now_ms)
 
     def clean(self, now_ms: int) -> list[Record]:

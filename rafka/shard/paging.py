@@ -44,9 +44,10 @@ import mmap
 import os
 import threading
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
-from rafka.shard.log.partition import PartitionLog
+from rafka.shard.log.partition import PartitionLog, Segment
 
 PAGE_ACTIVE_BYTES = 1 << 20  # a partition's batches in memory that page its active segment
 PAGE_IDLE_BYTES = 64 << 10  # what a partition's retention pass pages, however long it took to gather
@@ -85,13 +86,13 @@ def map_segment(path: Path, length: int) -> memoryview:
 
 
 def page_out(plog: PartitionLog, path: Path, view: memoryview, first: int, last: int, sealed: bool = True,
-             written: int | None = None, pos: int = 0) -> tuple[int, int, int]:
+             size: int | None = None, pos: int = 0) -> tuple[int, int, int]:
     """Swap ``plog``'s batches with base offsets from ``first`` to ``last`` that the segment at
-    ``path`` holds (its first ``written`` bytes; all of it if None) for slices of ``view``, a
+    ``path`` holds (in its first ``size`` bytes; all of it if None) for slices of ``view``, a
     mapping of that file, searching from byte ``pos``. ``(bytes swapped, the byte after the
     last batch found, the offset the next page-out of an active segment starts from)``."""
     with open(path, "rb") as f:
-        size = min(os.fstat(f.fileno()).st_size if written is None else written, len(view))
+        size = min(os.fstat(f.fileno()).st_size if size is None else size, len(view))
         if size <= pos:
             return 0, pos, first
         with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as haystack:  # for find(); closed at once
@@ -101,23 +102,16 @@ def page_out(plog: PartitionLog, path: Path, view: memoryview, first: int, last:
 def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int, last: int, sealed: bool,
           pos: int) -> tuple[int, int, int]:
     paged, misses, unfound = 0, 0, None  # unfound: the first batch missed since the last one found
-    segments = plog.segments
-    si = max(bisect.bisect_right(segments, first, key=lambda s: s.base_offset) - 1, 0)
-    for seg in segments[si:]:
-        if seg.base_offset > last:
-            break
-        batches, bases, held = seg.batches, seg.base_offsets, seg.batches.held
-        which, starts, sizes, m = batches.which, batches.starts, batches.sizes, -1
-        for i in range(bisect.bisect_left(bases, first), len(held)):
-            if bases[i] > last:
-                break
+    for seg, indexes in _spans(plog, first, last):
+        batches, held, m = seg.batches, seg.batches.held, -1
+        for i in indexes:
             batch = held[i]
             if type(batch) is not bytes:
                 continue  # paged already (or a view a replay kept)
             n = len(batch)
             at = _find(haystack, batch, pos)
             if at < 0:
-                unfound = bases[i] if unfound is None else unfound
+                unfound = seg.base_offsets[i] if unfound is None else unfound
                 misses += 1
                 if misses >= MAX_MISSES:
                     break
@@ -125,16 +119,26 @@ def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int,
             unfound = None
             if m < 0:
                 m = batches.map_index(view)
-            which[i], starts[i], sizes[i] = m, at, n  # Batches.page, inlined: the arrays before held
-            held[i] = None
+            batches.which[i], batches.starts[i], batches.sizes[i] = m, at, n  # Batches.page, inlined: the
+            held[i] = None  # arrays before held, the mapping's index found once per segment
             pos = at + n
             paged += n
-        else:
-            continue
-        break
+        if misses >= MAX_MISSES:
+            break
     # batches missed after the last one found may not be written yet: an active segment's next page-out
     # looks for them again; missed ones before a batch found are elsewhere (a clean's output) and stay
     return paged, pos, last + 1 if sealed or unfound is None else unfound
+
+
+def _spans(plog: PartitionLog, first: int, last: int) -> Iterator[tuple[Segment, range]]:
+    """Each segment of ``plog`` with the indexes of its batches whose base offsets lie from
+    ``first`` to ``last``."""
+    segments = plog.segments
+    for seg in segments[max(bisect.bisect_right(segments, first, key=lambda s: s.base_offset) - 1, 0):]:
+        if seg.base_offset > last:
+            return
+        bases = seg.base_offsets
+        yield seg, range(bisect.bisect_left(bases, first), bisect.bisect_right(bases, last))
 
 
 def _find(haystack: mmap.mmap, batch: bytes, pos: int) -> int:

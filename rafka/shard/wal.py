@@ -221,7 +221,7 @@ class Wal:
         if t in _KEYED_BY_GROUP:
             return ("meta", ids.coordinator_partition(k[0], k[1], self.partitions))
         if t in DATA_TYPES:
-            return ("logs", ids.log_partition(k[0], k[1], int(k[2]), self.partitions), k[0], k[1], int(k[2]))
+            return self._data_key(k[0], k[1], int(k[2]))
         if t == RecordType.TOPIC:
             return ("meta", ids.coordinator_partition(k[0], "\0topics", self.partitions))
         if t == RecordType.PRODUCER_STATE:
@@ -251,9 +251,12 @@ class Wal:
 
     def active_segment(self, org_id: str, topic: str, partition: int) -> tuple[Path, int, int, int] | None:
         """Where a partition's log appends (``Stream.active_segment``); None if it has no stream."""
-        s = self.streams.get(("logs", ids.log_partition(org_id, topic, partition, self.partitions), org_id, topic,
-                              partition))
+        s = self.streams.get(self._data_key(org_id, topic, partition))
         return s.active_segment() if s is not None else None
+
+    def _data_key(self, org_id: str, topic: str, partition: int) -> tuple[Any, ...]:
+        """The key of a topic partition's stream."""
+        return ("logs", ids.log_partition(org_id, topic, partition, self.partitions), org_id, topic, partition)
 
     # -- recovery ------------------------------------------------------------
     def recover(self) -> Iterator[list[Record]]:

@@ -213,7 +213,7 @@ class Stream:
 
     def _open(self, seq: int, size: int | None = None) -> None:
         """Open segment ``seq`` for appends after its first ``size`` bytes (all of it if None)."""
-        path = self.dir / f"{seq:020d}.wal"
+        path = self._path(seq)
         try:
             self.fd = os.open(path, os.O_WRONLY)
         except FileNotFoundError:
@@ -265,7 +265,7 @@ class Stream:
     def _replayed(self, seq: int, sealed: bool) -> None:
         last = self.segment_last_offset.get(seq, -1)
         if self.on_segment is not None and last >= 0:
-            self.on_segment(self.dir / f"{seq:020d}.wal", self.segment_first_offset.get(seq, 0), last, sealed)
+            self.on_segment(self._path(seq), self.segment_first_offset.get(seq, 0), last, sealed)
 
     def active_segment(self) -> tuple[Path, int, int, int] | None:
         """The active segment of a data stream: its path, first and last offset, and the bytes of
@@ -275,7 +275,10 @@ class Stream:
             if last < 0:
                 return None
             written = self._pending_at if self._pending else self.size
-            return self.dir / f"{self.seq:020d}.wal", self.segment_first_offset.get(self.seq, 0), last, written
+            return self._path(self.seq), self.segment_first_offset.get(self.seq, 0), last, written
+
+    def _path(self, seq: int) -> Path:
+        return self.dir / f"{seq:020d}.wal"
 
     def write(self) -> None:
         """Write the entries appended since the last write, with one system call (``commit``

@@ -57,9 +57,6 @@ class Batches:
         maps.append(mapping)
         return len(maps) - 1
 
-    def paged(self, i: int) -> bool:
-        return self.held[i] is None
-
     def __getitem__(self, i: int) -> Any:
         if type(i) is slice:
             return [self[j] for j in range(*i.indices(len(self.held)))]

@@ -373,27 +373,25 @@ class PartitionLog:
         segments and batches older than ``min_timestamp``; a batch a clean emptied is the caller's
         to skip (``_emptied``), so that only the batches it looks at are read (a sealed
         segment's are read from the file)."""
-        for seg in self.segments:
-            if seg.next_offset <= self.log_start_offset or not seg.batches:
-                continue
+        for seg, first in self._live_segments():
             if min_timestamp is not None and seg.max_timestamp < min_timestamp:
                 continue
-            first = max(bisect.bisect_right(seg.base_offsets, self.log_start_offset) - 1, 0)
             for i in range(first, len(seg.batches)):
                 if min_timestamp is None or seg.max_timestamps[i] >= min_timestamp:
                     yield seg, i, seg.max_timestamps[i]
 
+    def _live_segments(self) -> Iterator[tuple[Segment, int]]:
+        """Segments with batches at/after the log start, with the index of the first such batch
+        (the one holding the log start)."""
+        for seg in self.segments:
+            if seg.next_offset > self.log_start_offset and seg.batches:
+                yield seg, max(bisect.bisect_right(seg.base_offsets, self.log_start_offset) - 1, 0)
+
     def _top_timestamp(self) -> int | None:
         """The largest timestamp of a batch at or after the log start: a segment's own figure,
         or for the one the log start falls inside, its batches' from there."""
-        top = None
-        for seg in self.segments:
-            if seg.next_offset <= self.log_start_offset or not seg.batches:
-                continue
-            first = max(bisect.bisect_right(seg.base_offsets, self.log_start_offset) - 1, 0)
-            ts = seg.max_timestamp if first == 0 else max(seg.max_timestamps[first:])
-            top = ts if top is None else max(top, ts)
-        return top
+        return max((seg.max_timestamp if first == 0 else max(seg.max_timestamps[first:])
+                    for seg, first in self._live_segments()), default=None)
 
     def list_offset(self, timestamp: int) -> tuple[int, int]:
         """ListOffsets for one timestamp: ``(offset, timestamp)``, ``(-1, -1)`` if none.
