@@ -22,6 +22,8 @@ from pathlib import Path
 
 from common import produce_all, rafka, table
 
+from rafka.shard.metrics import anon_bytes
+
 
 def shard_pid(supervisor: int) -> int:
     out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(supervisor)], capture_output=True, text=True,
@@ -30,10 +32,10 @@ def shard_pid(supervisor: int) -> int:
 
 
 def anon_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no RssAnon")
+    anon = anon_bytes(pid)
+    if anon is None:
+        raise RuntimeError("no RssAnon")
+    return anon / 2**20
 
 
 def evict(directory: Path) -> int:

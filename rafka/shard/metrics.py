@@ -132,17 +132,19 @@ class StateCollector(Collector):
         yield _gauge("rafka_log_mapped_files", "WAL segment files the shard maps to serve partitions' older batches "
                      "(at most half of vm.max_map_count)", self.shard, paging.mappings)
         yield _gauge("rafka_shard_heap_bytes", "The shard's anonymous resident memory (RssAnon): its heap, without the "
-                     "page cache of the WAL files it maps", self.shard, _anon_bytes())
+                     "page cache of the WAL files it maps", self.shard, anon_bytes() or 0)
 
 
-def _anon_bytes() -> int:
+def anon_bytes(pid: int | str = "self") -> int | None:
+    """A process's anonymous resident memory (RssAnon: its heap, not the page cache of files it
+    maps), or None where /proc does not tell."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("RssAnon:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return 0
+    return None
 
 
 def _gauge(name: str, doc: str, shard: str, value: float) -> GaugeMetricFamily:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from rafka.shard.metrics import anon_bytes
 from tests.integration.clients import create_topic, read_aiokafka, read_confluent, read_kafka_python, read_kcat
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
@@ -26,10 +27,9 @@ COUNT, SIZE = 96_000, 1_000  # 96 MB retained
 
 def _anon_mb(pid: int) -> float:
     """The process's anonymous resident memory (its heap: not the page cache of files it maps)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no RssAnon")
+    anon = anon_bytes(pid)
+    assert anon is not None, "no RssAnon"
+    return anon / 2**20
 
 
 def _mapped_files(broker: Rafka) -> float:
