@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,9 @@ class DataPlane:
         self.wal: Any = None
         self._paging = False  # live (after recovery, with a WAL): partitions' batches in memory are counted
         self.unpaged: dict[PartitionKey, int] = {}  # bytes of batches appended since their last page-out
+        self.unpaged_total = 0  # their sum: past ``PAGE_BUDGET_BYTES`` the largest are paged
+        self._freed = 0  # bytes paged since the heap's free pages last went back to the kernel
+        self._unmapped: set[tuple[PartitionKey, Path, int, int]] = set()  # sealed segments whose page-out failed
         self._due: set[PartitionKey] = set()  # partitions whose active segment is paged at the next tick
         # active segments: (path, mapping, byte, offset) where the last page-out stopped
         self._active: dict[PartitionKey, tuple[Path, memoryview, int, int]] = {}
@@ -125,14 +129,17 @@ class DataPlane:
 
     # -- paging (rafka.shard.paging) -----------------------------------------
     def page_out(self, key: PartitionKey, path: Path, first: int, last: int, sealed: bool,
-                 written: int | None = None) -> None:
+                 written: int | None = None) -> bool:
         """Read ``key``'s batches in a WAL segment from the file, through one mapping of it: an
         active segment's is made as long as a segment may grow and kept for its next page-out,
-        which starts where this one stopped; a sealed one's ends there."""
-        prev = self._active.pop(key, None)
+        which starts where this one stopped; a sealed one's ends there. False if it failed (a
+        sealed segment's is tried again by the retention pass)."""
+        prev = self._active.get(key)
+        if prev is not None and prev[0] == path:
+            del self._active[key]
         plog = self.logs.logs.get(key)
         if plog is None:
-            return
+            return True
         view, pos, resume = (prev[1], prev[2], max(first, prev[3])) if prev and prev[0] == path else (None, 0, first)
         try:
             size = os.stat(path).st_size if written is None else written
@@ -141,14 +148,17 @@ class DataPlane:
             _paged, pos, resume = paging.page_out(plog, path, view, resume, last, sealed, size, pos)
         except OSError as exc:  # its batches stay in memory
             self._paging_failed(path, exc)
-            return
+            if sealed:
+                self._unmapped.add((key, path, first, last))
+            return False
         except Exception:  # never into the append that rolled the segment: its records are logged, not applied yet
             log.exception("%s: paging failed; its batches stay in memory", path)
-            return
+            return False
         finally:
-            self.unpaged.pop(key, None)
+            self._forget(key)
         if not sealed:
             self._active[key] = (path, view, pos, resume)
+        return True
 
     def _paging_failed(self, path: Path, exc: OSError) -> None:
         now = time.monotonic()
@@ -167,6 +177,9 @@ class DataPlane:
                 self.page_out(key, active[0], active[1], active[2], False, active[3])
         if self._due:
             self.timer.schedule("log-pager", 0, self.page_active)
+        elif self._freed >= paging.PAGE_BUDGET_BYTES // 2:
+            self._freed = 0
+            paging.release_freed()
         return []
 
     def _replay_log(self, record: Record) -> None:
@@ -180,17 +193,38 @@ class DataPlane:
             self._count_unpaged(tuple(record.key), sum(map(len, cleaned)), len(cleaned))
         elif record.type == RecordType.PARTITION_TRUNCATE and record.value is None:  # the log dropped
             key = tuple(record.key)
-            self.unpaged.pop(key, None)
+            self._forget(key)
             self._active.pop(key, None)
 
     def _count_unpaged(self, key: PartitionKey, size: int, batches: int) -> None:
         """Page ``key``'s active segment at the next tick once it has ``PAGE_ACTIVE_BYTES`` more in
         memory, counting each batch as at least ``PAGE_BATCH_COST`` (a page-out's work is per batch:
-        ~1.6 us each, so one of many small batches holds the loop no longer than a few ms)."""
-        n = self.unpaged.get(key, 0) + max(size, paging.PAGE_BATCH_COST * batches)
-        self.unpaged[key] = n
+        ~1.6 us each, so one of many small batches holds the loop no longer than a few ms); and
+        the largest partitions' once the shard holds ``PAGE_BUDGET_BYTES`` in all."""
+        add = max(size, paging.PAGE_BATCH_COST * batches)
+        n = self.unpaged[key] = self.unpaged.get(key, 0) + add
+        self.unpaged_total += add
         if n >= paging.PAGE_ACTIVE_BYTES:
             self._page_soon({key})
+        elif self.unpaged_total >= paging.PAGE_BUDGET_BYTES and not self._due:
+            self._page_largest()
+
+    def _page_largest(self) -> None:
+        """Page the partitions holding the most in memory, until half the budget would be left
+        (many partitions each under ``PAGE_ACTIVE_BYTES`` would hold it all)."""
+        excess, keys = self.unpaged_total - paging.PAGE_BUDGET_BYTES // 2, set()
+        for key, n in sorted(self.unpaged.items(), key=itemgetter(1), reverse=True):
+            if excess <= 0:
+                break
+            keys.add(key)
+            excess -= n
+        self._page_soon(keys)
+
+    def _forget(self, key: PartitionKey) -> None:
+        """``key``'s batches in memory are paged (or given up on): count from zero."""
+        n = self.unpaged.pop(key, 0)
+        self.unpaged_total -= n
+        self._freed += n
 
     def _page_soon(self, keys: set[PartitionKey]) -> None:
         """Page the active segments of ``keys`` at the next tick."""
@@ -198,7 +232,18 @@ class DataPlane:
             self._due |= keys
             self.timer.schedule("log-pager", 0, self.page_active)
 
-    # -- catalogue ----------------------------------------------------------
+    def _retry_unmapped(self) -> None:
+        """Page again the sealed segments whose page-out failed (past the mapping budget, an I/O
+        error) while their files and batches are still there; the pass stops at a failure."""
+        for item in sorted(self._unmapped, key=lambda u: u[2]):
+            self._unmapped.discard(item)
+            key, path, first, last = item
+            plog = self.logs.logs.get(key)
+            if plog is None or plog.log_start_offset > last or not path.exists():
+                continue
+            if not self.page_out(key, path, first, last, True):
+                return
+
     def list_topics(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         """Metadata: the named topics (auto-created when allowed) or all of them."""
         records: list[Record] = []
@@ -269,9 +314,11 @@ class DataPlane:
     def retention(self, now_ms: int) -> list[Record]:
         """Periodic retention pass: delete whole segments past retention.ms / retention.bytes; and
         page the partitions holding ``PAGE_IDLE_BYTES`` or more in memory (one that went quiet
-        would keep up to ``PAGE_ACTIVE_BYTES`` for good)."""
+        would keep up to ``PAGE_ACTIVE_BYTES`` for good), and the sealed segments whose page-out
+        failed."""
         self.timer.schedule("log-retention", self.retention_check_ms, self.retention)
         self._page_soon({key for key, n in self.unpaged.items() if n >= paging.PAGE_IDLE_BYTES})
+        self._retry_unmapped()
         return self.logs.retention(now_ms)
 
     def clean(self, now_ms: int) -> list[Record]:

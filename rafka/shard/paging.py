@@ -9,10 +9,13 @@ runs for each segment once its records are replayed: at a roll (the segment is *
 cut to its entries, fsynced, never written again), for each segment recovery replays, and
 for the active segment once its partition has ``PAGE_ACTIVE_BYTES`` more in memory, or
 2,048 batches (rafka.shard.data; a page-out costs ~1.6 µs a batch on the shard's loop), and
-at each retention pass for those with ``PAGE_IDLE_BYTES`` more. So a shard's heap holds under
-``PAGE_ACTIVE_BYTES`` of each busy partition's batches, under ``PAGE_IDLE_BYTES`` of each quiet
-one's, and ~50 bytes per older batch (where it is in the file, its offset and timestamp), not
-every byte retention keeps.
+at each retention pass for those with ``PAGE_IDLE_BYTES`` more; and, once a shard's partitions
+hold ``PAGE_BUDGET_BYTES`` in all, for those holding the most, until half of it is left. So a
+shard's heap holds under ``PAGE_BUDGET_BYTES`` of batches however many partitions it has, and
+~50 bytes per older batch (where it is in the file, its offset and timestamp), not every byte
+retention keeps. A sealed segment whose page-out failed is tried again at each retention pass.
+Once ``PAGE_BUDGET_BYTES / 2`` have been paged, the heap's free pages go back to the kernel
+(``release_freed``): paged batches leave holes between those still held.
 
 A batch is found in the file by its 61-byte header (base offset, length, epoch, magic and
 the CRC of the rest), searched from where the previous one ended, then compared whole (a
@@ -51,6 +54,7 @@ from rafka.shard.log.partition import PartitionLog, Segment
 
 PAGE_ACTIVE_BYTES = 1 << 20  # a partition's batches in memory that page its active segment
 PAGE_IDLE_BYTES = 64 << 10  # what a partition's retention pass pages, however long it took to gather
+PAGE_BUDGET_BYTES = 32 << 20  # a shard's batches in memory in all that page its partitions holding the most
 PAGE_BATCH_COST = 512  # what a batch counts for at least, toward PAGE_ACTIVE_BYTES: at most 2,048 a page-out
 MAX_MISSES = 4  # batches not found in a segment before a page-out leaves the rest of it
 _HEADER = 61  # a record batch's header: base offset .. records count
@@ -72,6 +76,7 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_malloc_trim = getattr(_libc, "malloc_trim", None)  # glibc's
 
 
 def map_segment(path: Path, length: int) -> memoryview:
@@ -150,6 +155,14 @@ def _find(haystack: mmap.mmap, batch: bytes, pos: int) -> int:
             return at
         pos = at + 1
     return -1
+
+
+def release_freed() -> None:
+    """Hand the heap's free pages back to the kernel (glibc's ``malloc_trim``; ~1 ms for a
+    fragmented 100 MB heap). Paged batches free their bytes between batches still held, which
+    the allocator would otherwise keep as the process's resident memory."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 def _map(fd: int, size: int, path: Path) -> memoryview:

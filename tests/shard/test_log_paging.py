@@ -56,16 +56,16 @@ class Shard:
         self.state.commit()
 
     def tick(self, now: int = 0) -> None:
-        """What the loop does next: the paging the last appends made due."""
-        pager = self.timer.due.pop("log-pager", None)
-        if pager is not None:
+        """What the loop does next: the paging the last appends made due (a few partitions a pass,
+        until none is due)."""
+        while (pager := self.timer.due.pop("log-pager", None)) is not None:
             self.apply(pager(now))
 
-    def produce(self, value: bytes, now: int, configs: dict[str, str], key: bytes = b"k") -> bytes:
+    def produce(self, value: bytes, now: int, configs: dict[str, str], key: bytes = b"k", topic: str = "t") -> bytes:
         batch = build_batch([SimpleRecord(key, value, now)])
         got: list[Any] = []
         self.state.dispatch(Op.PRODUCE, ORG, {"acks": -1, "partitions": [
-            {"topic": "t", "partition": 0, "records": batch, "configs": configs}]}, now, got.append, None)
+            {"topic": topic, "partition": 0, "records": batch, "configs": configs}]}, now, got.append, None)
         self.state.commit()
         assert got[0]["partitions"][0]["error_code"] == 0, got
         self.tick(now)
@@ -290,3 +290,36 @@ def test_a_quiet_partition_is_paged_by_the_retention_pass(tmp_path: Path) -> Non
     shard.apply(shard.timer.due["log-retention"](100))
     shard.tick(100)
     assert _in_memory(shard.log) == 0 and shard.read_all() == b"".join(written)
+
+
+def test_many_partitions_each_under_a_mebibyte_are_paged_once_the_shard_holds_its_budget(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """200 partitions of 150 KB each held all 30 MB in the heap (each under PAGE_ACTIVE_BYTES, and
+    busy: no retention pass came); past the shard's budget the largest are paged."""
+    monkeypatch.setattr(paging, "PAGE_BUDGET_BYTES", 4 << 20)
+    shard = Shard(tmp_path)
+    written: dict[str, list[bytes]] = {f"t{p}": [] for p in range(200)}
+    for i in range(10):
+        for topic, batches in written.items():
+            batches.append(shard.produce(bytes([i]) * 15_000, i, {}, topic=topic))
+    logs = shard.logs.logs
+    held = sum(_in_memory(logs[(ORG, topic, 0)]) for topic in written)
+    assert held <= 4 << 20, f"{held / 2**20:.1f} MiB of batches in the heap"
+    assert shard.state.data.unpaged_total <= 4 << 20
+    for topic, batches in written.items():
+        error, got = logs[(ORG, topic, 0)].read(0, 1 << 30)
+        assert error == 0 and b"".join(got) == b"".join(batches), topic
+
+
+def test_a_sealed_segment_left_in_memory_is_paged_by_a_later_retention_pass(tmp_path: Path, monkeypatch: Any,
+                                                                             caplog: Any) -> None:
+    gc.collect()  # mappings of earlier tests that only cycles hold
+    monkeypatch.setattr(paging, "MAX_MAPPINGS", paging.mappings + 2)
+    shard = Shard(tmp_path, data_roll_bytes=1_000)
+    written = [shard.produce(b"v" * 1_500, i, {"segment.bytes": "1000"}) for i in range(10)]
+    assert _kinds(shard.log).count("view") == 2
+    monkeypatch.setattr(paging, "MAX_MAPPINGS", paging.mappings + 100)
+    shard.apply(shard.timer.due["log-retention"](100))
+    shard.tick(100)
+    assert _kinds(shard.log).count("view") == 9, "every sealed segment's batch"  # the last: active, unwritten
+    assert shard.read_all() == b"".join(written) and shard.restart().read_all() == b"".join(written)
