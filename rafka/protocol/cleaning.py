@@ -30,6 +30,7 @@ from rafka.protocol.records import (
     BatchHeader,
     _read_nullable,
     _read_varint,
+    _read_varlong,
     _zigzag_varint,
     compress,
     compute_crc,
@@ -71,7 +72,7 @@ def raw_records(header: BatchHeader, batch: bytes | memoryview, *, strict: bool 
         for _ in scan_records(header, section):
             pass
     for body in record_bodies(header, batch, section):
-        ts_delta, rest = _read_varint(body, 1)  # after the attributes byte (raises on a body too short)
+        ts_delta, rest = _read_varlong(body, 1)  # after the attributes byte (raises on a body too short)
         offset_delta, at = _read_varint(body, rest)
         key, at = _read_nullable(body, at)
         value_length, _ = _read_varint(body, at)

@@ -253,7 +253,10 @@ def _zigzag_varint(value: int, out: bytearray) -> None:
     out.append(zz)
 
 
-def _read_varint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
+def _read_varint(buf: memoryview | bytes, pos: int, last_shift: int = 28, mask: int = 0xFFFF_FFFF) -> tuple[int, int]:
+    """A zigzag varint of an int32 field (lengths, offset delta, counts): at most 5 bytes, as
+    Kafka's ``ByteUtils.readVarint`` (``CorruptRecordError`` past them); ``_read_varlong``'s
+    limits for an int64."""
     if pos < len(buf):  # one or two bytes (most lengths and deltas) without the loop
         if (byte := buf[pos]) < 0x80:
             return (byte >> 1) ^ -(byte & 1), pos + 1
@@ -262,14 +265,23 @@ def _read_varint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
             return (result >> 1) ^ -(result & 1), pos + 2
     shift = result = 0
     while True:
-        if pos >= len(buf) or shift > 63:
+        if pos >= len(buf) or shift > last_shift:
             raise CorruptRecordError("malformed varint")
         byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
+            result &= mask  # Kafka's int (or long) arithmetic
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
+
+
+def _read_varlong(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint of an int64 field (the timestamp delta): at most 10 bytes, as
+    ``ByteUtils.readVarlong``."""
+    if pos < len(buf) and (byte := buf[pos]) < 0x80:  # one record a batch, or records within 64 ms
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    return _read_varint(buf, pos, 63, 0xFFFF_FFFF_FFFF_FFFF)
 
 
 def _write_nullable(value: bytes | None, out: bytearray) -> None:
@@ -485,7 +497,7 @@ def scan_records(header: BatchHeader, records: memoryview | bytes) -> Iterator[t
             if length < 0 or end > size:
                 raise InvalidRecordError(f"Invalid record size: expected {length} bytes in record payload, but "
                                          f"instead the buffer has only {size - start} remaining bytes.")
-            ts_delta, pos = read(data, start + 1)  # after the attributes
+            ts_delta, pos = _read_varlong(data, start + 1)  # after the attributes
             offset_delta, pos = read(data, pos)
             key_size, pos = read(data, pos)
             pos += max(key_size, 0)
@@ -519,7 +531,7 @@ def iter_records(batch: bytes | bytearray | memoryview) -> Iterator[SimpleRecord
     do not decode)."""
     header = parse_header(batch)
     for body in record_bodies(header, batch):
-        ts_delta, pos = _read_varint(body, 1)  # after the record attributes
+        ts_delta, pos = _read_varlong(body, 1)  # after the record attributes
         offset_delta, pos = _read_varint(body, pos)
         key, pos = _read_nullable(body, pos)
         value, pos = _read_nullable(body, pos)

@@ -26,6 +26,7 @@ from rafka.protocol.records import (
     increment_sequence,
     iter_records,
     parse_header,
+    scan_records,
     split_batches,
     stamp_batch,
     validate_batch,
@@ -211,3 +212,28 @@ def test_kio_reads_our_batches(records: list[SimpleRecord], new_base: int) -> No
 def test_split_round_trip_of_concatenated_batches(batches: list[list[SimpleRecord]]) -> None:
     encoded = [build_batch(r) for r in batches]
     assert [bytes(v) for v in split_batches(b"".join(encoded))] == encoded
+
+
+def _one_record(ts_delta: bytes, offset_delta: bytes) -> bytes:
+    """A one-record batch whose record's timestamp and offset deltas are the varints given."""
+    body = b"\x00" + ts_delta + offset_delta + b"\x01" + b"\x06" + b"abc" + b"\x00"  # null key, value "abc"
+    raw = bytearray(_batch()[:BATCH_HEADER_SIZE] + bytes([len(body) * 2]) + body)
+    struct.pack_into(">i", raw, 8, len(raw) - 12)
+    struct.pack_into(">I", raw, 17, compute_crc(raw))
+    return bytes(raw)
+
+
+def test_int32_varints_are_read_to_five_bytes_and_the_timestamp_delta_to_ten_as_kafka_reads_them() -> None:
+    """Kafka's ByteUtils.readVarint refuses a sixth byte; rafka read up to ten into an int32 field."""
+    for ts, off in [(b"\x02", b"\x80\x80\x80\x80\x00"), (b"\x82" + b"\x80" * 8 + b"\x00", b"\x00")]:
+        batch = _one_record(ts, off)
+        [record] = iter_records(batch)
+        assert (record.offset, record.timestamp, record.value) == (0, 1001, b"abc")
+        assert list(scan_records(parse_header(batch), batch[BATCH_HEADER_SIZE:])) == [(0, record.timestamp, False)]
+    batch = _one_record(b"\x02", b"\x80\x80\x80\x80\x80\x00")  # offset delta 0 in six bytes
+    with pytest.raises(InvalidRecordError, match="invalid record structure"):
+        list(scan_records(parse_header(batch), batch[BATCH_HEADER_SIZE:]))
+    with pytest.raises(CorruptRecordError):
+        list(iter_records(batch))
+    with pytest.raises(CorruptRecordError):  # an eleventh byte of a timestamp delta
+        list(iter_records(_one_record(b"\x80" * 10 + b"\x00", b"\x00")))
