@@ -123,12 +123,14 @@ def mock_cluster() -> Iterator[str]:
         del handle
 
 
-def produce_all(producer: Any, topic: str, payload: bytes, count: int) -> None:
-    """Queue ``count`` records on a confluent-kafka producer, waiting while its queue is full."""
-    for _ in range(count):
+def produce_all(producer: Any, topic: str, payload: bytes, count: int, partitions: int = 0) -> None:
+    """Queue ``count`` records on a confluent-kafka producer, waiting while its queue is full
+    (with ``partitions``, record i to partition i % partitions)."""
+    for i in range(count):
+        where = {"partition": i % partitions} if partitions else {}
         while True:
             try:
-                producer.produce(topic, payload)
+                producer.produce(topic, payload, **where)
                 break
             except BufferError:
                 producer.poll(0.01)

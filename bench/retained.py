@@ -6,7 +6,8 @@ memory (RssAnon: its heap, not the page cache of mapped WAL files) is read befor
 Then a consumer reads it all back from offset 0: for the durable broker first with the WAL
 files evicted from the page cache (cold: read from disk; ``posix_fadvise(DONTNEED)``, which
 leaves the pages a process has faulted in, hence first), then again (warm: the page cache
-holds it). The baseline
+holds it). Also the heap growth with the same bytes spread over 256 partitions (each under the
+mebibyte that pages a busy partition: the shard's 32 MiB budget pages them). The baseline
 is the same broker with ``--in-memory``, which keeps every batch in its heap, in the same run.
 Usage: python bench/retained.py [--mb 200]
 """
@@ -67,8 +68,9 @@ def consume(bootstrap: str, topic: str, count: int) -> float:
     return count * 1000 / 1e6 / secs
 
 
-def run(flags: list[str], mb: int) -> tuple[float, float, float | None]:
-    """(heap growth MB, warm consume MB/s, cold consume MB/s or None)."""
+def run(flags: list[str], mb: int, partitions: int = 1) -> tuple[float, float | None, float | None]:
+    """(heap growth MB, warm consume MB/s, cold consume MB/s or None); with several ``partitions``
+    the heap growth only."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -76,16 +78,18 @@ def run(flags: list[str], mb: int) -> tuple[float, float, float | None]:
     with rafka(*flags, shards=1) as bootstrap:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
         pid = shard_pid(bootstrap.pid)
         before = anon_mb(pid)
         p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
         payload = b"x" * 1000
-        produce_all(p, topic, payload, count)
+        produce_all(p, topic, payload, count, partitions if partitions > 1 else 0)
         if p.flush(120):
             raise RuntimeError("produce did not finish")
         time.sleep(0.5)
         grew = anon_mb(pid) - before
+        if partitions > 1:
+            return grew, None, None
         cold = None
         if "--in-memory" not in flags:  # first: pages a fetch faulted in stay mapped, and eviction leaves them
             evict(bootstrap.data_dir)
@@ -100,9 +104,14 @@ def main() -> None:
     args = ap.parse_args()
     d_grew, d_warm, d_cold = run([], args.mb)
     m_grew, m_warm, _ = run(["--in-memory"], args.mb)
+    d_spread = run([], args.mb, 256)[0]
+    m_spread = run(["--in-memory"], args.mb, 256)[0]
+    assert d_warm is not None and m_warm is not None and d_cold is not None
     rows = [
         [f"shard heap growth for {args.mb} MB retained", f"{d_grew:.1f} MB", f"{m_grew:.1f} MB",
          f"{d_grew / max(m_grew, 1e-9):.2f}x"],
+        [f"shard heap growth for {args.mb} MB in 256 partitions", f"{d_spread:.1f} MB", f"{m_spread:.1f} MB",
+         f"{d_spread / max(m_spread, 1e-9):.2f}x"],
         ["consume from offset 0, warm", f"{d_warm:.1f} MB/s", f"{m_warm:.1f} MB/s", f"{d_warm / m_warm:.2f}x"],
         ["consume from offset 0, cold (page cache evicted)", f"{d_cold:.1f} MB/s", "", f"{d_cold / m_warm:.2f}x"],
     ]
