@@ -12,7 +12,7 @@ for the active segment once its partition has ``PAGE_ACTIVE_BYTES`` more in memo
 at each retention pass for those with ``PAGE_IDLE_BYTES`` more; and, once a shard's partitions
 hold ``PAGE_BUDGET_BYTES`` in all, for those holding the most, until half of it is left. So a
 shard's heap holds under ``PAGE_BUDGET_BYTES`` of batches however many partitions it has, and
-~50 bytes per older batch (where it is in the file, its offset and timestamp), not every byte
+~30 bytes per older batch (where it is in the file, its offset and timestamp), not every byte
 retention keeps. A sealed segment whose page-out failed is tried again at each retention pass.
 Once ``PAGE_BUDGET_BYTES / 2`` have been paged, the heap's free pages go back to the kernel
 (``release_freed``): paged batches leave holes between those still held.
@@ -110,7 +110,7 @@ def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int,
     for seg, indexes in _spans(plog, first, last):
         batches, held, m = seg.batches, seg.batches.held, -1
         for i in indexes:
-            batch = held[i]
+            batch = held.get(i)
             if type(batch) is not bytes:
                 continue  # paged already (or a view a replay kept)
             n = len(batch)
@@ -125,9 +125,11 @@ def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int,
             if m < 0:
                 m = batches.map_index(view)
             batches.which[i], batches.starts[i], batches.sizes[i] = m, at, n  # Batches.page, inlined: the
-            held[i] = None  # arrays before held, the mapping's index found once per segment
+            del held[i]  # arrays before held, the mapping's index found once per segment
             pos = at + n
             paged += n
+        if m >= 0:  # a dict keeps the room of the entries it lost: the few left move to a new one
+            batches.held = dict(held)
         if misses >= MAX_MISSES:
             break
     # batches missed after the last one found may not be written yet: an active segment's next page-out

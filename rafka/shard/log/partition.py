@@ -84,7 +84,7 @@ class Segment:
     base_offset: int
     created_ms: int = -1  # append time of its first batch
     batches: Batches = field(default_factory=Batches)  # in memory, or read from a file once paged
-    # 8 bytes a batch each, where a list of ints costs 40 (a paged batch costs ~24 bytes in ``batches``)
+    # 8 bytes a batch each, where a list of ints costs 40 (a paged batch costs 10 bytes in ``batches``)
     base_offsets: array[int] = field(default_factory=lambda: array("q"))
     max_timestamps: array[int] = field(default_factory=lambda: array("q"))
     next_offset: int = 0  # offset after its last record
@@ -350,8 +350,8 @@ class PartitionLog:
             batches = seg.batches
             held, maps, which, starts, sizes = batches.held, batches.maps, batches.which, batches.starts, batches.sizes
             at_limit = seg.next_offset > limit  # only then may a batch here start at or past the limit
-            for j in range(bi, len(held)):
-                batch = held[j]
+            for j in range(bi, len(sizes)):
+                batch = held.get(j)
                 if batch is None:  # paged: a slice of its file (Batches.__getitem__, inlined)
                     start = starts[j]
                     batch = maps[which[j]][start : start + sizes[j]]
@@ -475,5 +475,6 @@ def _trimmed(seg: Segment, upto: int) -> Segment:
         if base >= upto:
             _add(out, seg.batches[i])
             out.batches.same_place(len(out.batches) - 1, seg.batches, i)  # a paged batch stays paged
+    out.batches.held = dict(out.batches.held)  # without the room of the entries paged again
     out.next_offset = max(out.next_offset, seg.next_offset)
     return out
