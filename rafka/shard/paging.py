@@ -14,8 +14,8 @@ hold ``PAGE_BUDGET_BYTES`` in all, for those holding the most, until half of it 
 shard's heap holds under ``PAGE_BUDGET_BYTES`` of batches however many partitions it has, and
 ~30 bytes per older batch (where it is in the file, its offset and timestamp), not every byte
 retention keeps. A sealed segment whose page-out failed is tried again at each retention pass.
-Once ``PAGE_BUDGET_BYTES / 2`` have been paged, the heap's free pages go back to the kernel
-(``release_freed``): paged batches leave holes between those still held.
+After page-outs the heap's free pages go back to the kernel (``release_freed``, at most every
+few seconds): paged batches leave holes between those still held.
 
 A batch is found in the file by its 61-byte header (base offset, length, epoch, magic and
 the CRC of the rest), searched from where the previous one ended, then compared whole (a
@@ -160,9 +160,9 @@ def _find(haystack: mmap.mmap, batch: bytes, pos: int) -> int:
 
 
 def release_freed() -> None:
-    """Hand the heap's free pages back to the kernel (glibc's ``malloc_trim``; ~1 ms for a
-    fragmented 100 MB heap). Paged batches free their bytes between batches still held, which
-    the allocator would otherwise keep as the process's resident memory."""
+    """Hand the heap's free pages back to the kernel (glibc's ``malloc_trim``: a few ms, tens on
+    a fragmented heap of hundreds of MB). Paged batches free their bytes between batches still
+    held, which the allocator would otherwise keep as the process's resident memory."""
     if _malloc_trim is not None:
         _malloc_trim(0)
 

@@ -32,13 +32,13 @@ def _anon_mb(pid: int) -> float:
     return anon / 2**20
 
 
-def _shard_gauge(broker: Rafka, name: str) -> float:
-    """Shard 0's gauge ``name``, once its state metrics (written every 5 s) show it."""
+def _shard_gauge(broker: Rafka, name: str, above: float = -1) -> float:
+    """Shard 0's gauge ``name``, once its state metrics (written every 5 s) show it above ``above``."""
     deadline = time.monotonic() + 15
     while True:
         body = urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=5).read().decode()
         found = re.search(rf'^{name}\{{shard="0"\}} (\S+)$', body, re.MULTILINE)
-        if found or time.monotonic() > deadline:
+        if (found and float(found.group(1)) > above) or time.monotonic() > deadline:
             assert found, f"no {name}"
             return float(found.group(1))
         time.sleep(0.5)
@@ -117,11 +117,14 @@ def test_many_partitions_each_under_a_mebibyte_stay_within_the_shards_budget(tmp
                 except BufferError:
                     p.poll(0.05)
         assert p.flush(60) == 0
-        grew = _anon_mb(pid) - before
-        # held, the 90 MB showed here (91.5 MB seen); paged, at most the budget and the produce path's
-        # high-water mark (27-29 MB seen)
-        assert grew < 55, f"the shard's heap grew {grew:.1f} MB holding {count * SIZE / 1e6:.0f} MB of records"
-        assert _shard_gauge(broker, "rafka_log_unpaged_bytes") <= 32 << 20
+        held = _shard_gauge(broker, "rafka_log_unpaged_bytes", above=0)  # a sample written after the produce
+        assert 0 < held <= 32 << 20, f"{held / 2**20:.1f} MiB of batches in the heap"
+        # held, the 90 MB stay (92 MB seen); paged, at most the budget, once the allocator has handed
+        # back what the page-outs freed (within TRIM_INTERVAL_S; 24 MB seen, 44-70 MB right after the produce)
+        deadline = time.monotonic() + 15
+        while (grew := _anon_mb(pid) - before) >= 45 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert grew < 45, f"the shard's heap grew {grew:.1f} MB holding {count * SIZE / 1e6:.0f} MB of records"
 
         c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("r"), "auto.offset.reset": "earliest",
                       "enable.auto.commit": False})

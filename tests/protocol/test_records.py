@@ -19,6 +19,7 @@ from rafka.protocol.records import (
     CorruptRecordError,
     InvalidRecordError,
     SimpleRecord,
+    _read_varint,
     build_batch,
     compress,
     compute_crc,
@@ -237,3 +238,7 @@ def test_int32_varints_are_read_to_five_bytes_and_the_timestamp_delta_to_ten_as_
         list(iter_records(batch))
     with pytest.raises(CorruptRecordError):  # an eleventh byte of a timestamp delta
         list(iter_records(_one_record(b"\x80" * 10 + b"\x00", b"\x00")))
+    # a fifth byte's high bits fall off an int, as in Java's arithmetic (checked against ByteUtils)
+    assert _read_varint(b"\xff\xff\xff\xff\x7f", 0) == (-2147483648, 5)
+    assert _read_varint(b"\xfe\xff\xff\xff\x1f", 0) == (2147483647, 5)
+    assert _read_varint(b"\x80\x80\x80\x80\x10", 0) == (0, 5)

@@ -62,14 +62,16 @@ class Shard:
         while (pager := self.timer.due.pop("log-pager", None)) is not None:
             self.apply(pager(now))
 
-    def produce(self, value: bytes, now: int, configs: dict[str, str], key: bytes = b"k", topic: str = "t") -> bytes:
+    def produce(self, value: bytes, now: int, configs: dict[str, str], key: bytes = b"k", topic: str = "t",
+                tick: bool = True) -> bytes:
         batch = build_batch([SimpleRecord(key, value, now)])
         got: list[Any] = []
         self.state.dispatch(Op.PRODUCE, ORG, {"acks": -1, "partitions": [
             {"topic": topic, "partition": 0, "records": batch, "configs": configs}]}, now, got.append, None)
         self.state.commit()
         assert got[0]["partitions"][0]["error_code"] == 0, got
-        self.tick(now)
+        if tick:  # (else the appends of one loop pass)
+            self.tick(now)
         return stamp_batch(batch, got[0]["partitions"][0]["base_offset"])  # what the log holds
 
     def restart(self) -> Shard:
@@ -312,6 +314,22 @@ def test_many_partitions_each_under_a_mebibyte_are_paged_once_the_shard_holds_it
         assert error == 0 and b"".join(got) == b"".join(batches), topic
 
 
+def test_the_budget_is_looked_at_again_once_the_pager_is_done(tmp_path: Path, monkeypatch: Any) -> None:
+    """Appends made while a busy partition was due crossed the budget unseen, and quiet partitions
+    each under PAGE_IDLE_BYTES stayed over it for good (found by review)."""
+    monkeypatch.setattr(paging, "PAGE_BUDGET_BYTES", 4 << 20)
+    shard = Shard(tmp_path)
+    for p in range(100):  # 3 MB in quiet partitions
+        shard.produce(b"q" * 30_000, 0, {}, topic=f"quiet{p}")
+    for _ in range(11):  # one loop pass: a busy partition due (1 MiB), then 3 MB more in the quiet ones
+        shard.produce(b"b" * 100_000, 1, {}, topic="busy", tick=False)
+    for p in range(100):
+        shard.produce(b"q" * 30_000, 1, {}, topic=f"quiet{p}", tick=False)
+    assert shard.state.data.unpaged_total > 4 << 20
+    shard.tick(1)
+    assert shard.state.data.unpaged_total <= 4 << 20
+
+
 def test_a_sealed_segment_left_in_memory_is_paged_by_a_later_retention_pass(tmp_path: Path, monkeypatch: Any,
                                                                              caplog: Any) -> None:
     gc.collect()  # mappings of earlier tests that only cycles hold
@@ -319,10 +337,12 @@ def test_a_sealed_segment_left_in_memory_is_paged_by_a_later_retention_pass(tmp_
     shard = Shard(tmp_path, data_roll_bytes=1_000)
     written = [shard.produce(b"v" * 1_500, i, {"segment.bytes": "1000"}) for i in range(10)]
     assert _kinds(shard.log).count("view") == 2
+    counted = shard.state.data.unpaged_total
     monkeypatch.setattr(paging, "MAX_MAPPINGS", paging.mappings + 100)
     shard.apply(shard.timer.due["log-retention"](100))
     shard.tick(100)
     assert _kinds(shard.log).count("view") == 9, "every sealed segment's batch"  # the last: active, unwritten
+    assert shard.state.data.unpaged_total == counted > 0, "the active segment's batches are still counted"
     assert shard.read_all() == b"".join(written) and shard.restart().read_all() == b"".join(written)
 
 
