@@ -133,7 +133,7 @@ class StateCollector(Collector):
                      "(at most half of vm.max_map_count)", self.shard, paging.mappings)
         yield _gauge("rafka_log_unpaged_bytes", "Bytes of partitions' batches the shard holds in its heap, not yet read "
                      "from its WAL files (paged once they reach the shard's budget)", self.shard,
-                     logs.unpaged_total if logs is not None else 0)
+                     logs.pager.unpaged_total if logs is not None else 0)
         yield _gauge("rafka_shard_heap_bytes", "The shard's anonymous resident memory (RssAnon): its heap, without the "
                      "page cache of the WAL files it maps", self.shard, anon_bytes() or 0)
 

@@ -8,7 +8,7 @@ reads them back when a fetch touches them, as Kafka serves reads from the page c
 runs for each segment once its records are replayed: at a roll (the segment is *sealed*:
 cut to its entries, fsynced, never written again), for each segment recovery replays, and
 for the active segment once its partition has ``PAGE_ACTIVE_BYTES`` more in memory, or
-2,048 batches (rafka.shard.data; a page-out costs ~1.6 µs a batch on the shard's loop), and
+2,048 batches (rafka.shard.pager decides when; a page-out costs ~1.6 µs a batch on the shard's loop), and
 at each retention pass for those with ``PAGE_IDLE_BYTES`` more; and, once a shard's partitions
 hold ``PAGE_BUDGET_BYTES`` in all, for those holding the most, until half of it is left. So a
 shard's heap holds under ``PAGE_BUDGET_BYTES`` of batches however many partitions it has, and

@@ -308,7 +308,7 @@ def test_many_partitions_each_under_a_mebibyte_are_paged_once_the_shard_holds_it
     logs = shard.logs.logs
     held = sum(_in_memory(logs[(ORG, topic, 0)]) for topic in written)
     assert held <= 4 << 20, f"{held / 2**20:.1f} MiB of batches in the heap"
-    assert shard.state.data.unpaged_total <= 4 << 20
+    assert shard.state.data.pager.unpaged_total <= 4 << 20
     for topic, batches in written.items():
         error, got = logs[(ORG, topic, 0)].read(0, 1 << 30)
         assert error == 0 and b"".join(got) == b"".join(batches), topic
@@ -325,9 +325,9 @@ def test_the_budget_is_looked_at_again_once_the_pager_is_done(tmp_path: Path, mo
         shard.produce(b"b" * 100_000, 1, {}, topic="busy", tick=False)
     for p in range(100):
         shard.produce(b"q" * 30_000, 1, {}, topic=f"quiet{p}", tick=False)
-    assert shard.state.data.unpaged_total > 4 << 20
+    assert shard.state.data.pager.unpaged_total > 4 << 20
     shard.tick(1)
-    assert shard.state.data.unpaged_total <= 4 << 20
+    assert shard.state.data.pager.unpaged_total <= 4 << 20
 
 
 def test_a_sealed_segment_left_in_memory_is_paged_by_a_later_retention_pass(tmp_path: Path, monkeypatch: Any,
@@ -337,12 +337,12 @@ def test_a_sealed_segment_left_in_memory_is_paged_by_a_later_retention_pass(tmp_
     shard = Shard(tmp_path, data_roll_bytes=1_000)
     written = [shard.produce(b"v" * 1_500, i, {"segment.bytes": "1000"}) for i in range(10)]
     assert _kinds(shard.log).count("view") == 2
-    counted = shard.state.data.unpaged_total
+    counted = shard.state.data.pager.unpaged_total
     monkeypatch.setattr(paging, "MAX_MAPPINGS", paging.mappings + 100)
     shard.apply(shard.timer.due["log-retention"](100))
     shard.tick(100)
     assert _kinds(shard.log).count("view") == 9, "every sealed segment's batch"  # the last: active, unwritten
-    assert shard.state.data.unpaged_total == counted > 0, "the active segment's batches are still counted"
+    assert shard.state.data.pager.unpaged_total == counted > 0, "the active segment's batches are still counted"
     assert shard.read_all() == b"".join(written) and shard.restart().read_all() == b"".join(written)
 
 
