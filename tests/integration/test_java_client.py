@@ -20,7 +20,7 @@ import pytest
 from tests.integration.clients import create_topic
 from tests.integration.clients import unique_name as name
 from tests.integration.conftest import ROOT, Rafka
-from tests.integration.test_security import PROBE, SecureRafka, scram_entry
+from tests.integration.test_security import USERS, SecureRafka
 
 pytestmark = pytest.mark.integration
 
@@ -159,23 +159,8 @@ def test_admin_lists_describes_and_changes_a_groups_offsets(rafka: Rafka, java: 
 
 
 def test_sasl_plain_and_scram_users_see_only_their_organisations_topics(tmp_path: Path, java: Java) -> None:
-    users = f"""
-[[users]]
-name = "{PROBE[0]}"
-password = "{PROBE[1]}"
-org = "probe"
-
-[[users]]
-name = "alice"
-password = "alice-pw"
-org = "acme"
-
-[[users]]
-name = "bob"
-org = "globex"
-scram_sha_512 = {scram_entry("sha512", "bob-pw")}
-"""
-    broker = SecureRafka(tmp_path / "data", users).start()
+    # alice: SASL/PLAIN in organisation acme; bob: SCRAM (salted credentials only) in globex
+    broker = SecureRafka(tmp_path / "data", USERS).start()
     alice = {"sasl_mechanism": "PLAIN", "user": "alice", "password": "alice-pw"}
     bob = {"sasl_mechanism": "SCRAM-SHA-512", "user": "bob", "password": "bob-pw"}
     try:

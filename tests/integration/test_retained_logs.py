@@ -48,18 +48,22 @@ def _value(i: int) -> bytes:
     return i.to_bytes(4, "big") * (SIZE // 4)
 
 
-def _read_all(bootstrap: str, topic: str) -> int:
-    """Consume the topic from the start, checking each record's content; how many were read."""
+def _read_all(bootstrap: str, topic: str, count: int = COUNT, partitions: int = 1) -> int:
+    """Consume the topic from the start, checking each record's content (record i went to
+    partition i % partitions) and order; how many were read."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": _name("r"), "auto.offset.reset": "earliest",
                   "enable.auto.commit": False})
     c.subscribe([topic])
-    n, deadline = 0, time.monotonic() + 60
+    n, deadline, next_offset = 0, time.monotonic() + 90, [0] * partitions
     try:
-        while n < COUNT and time.monotonic() < deadline:
+        while n < count and time.monotonic() < deadline:
             m = c.poll(0.5)
             if m is None or m.error():
                 continue
-            assert m.offset() == n and m.value() == _value(n), f"record {m.offset()} read as #{n}"
+            p, offset = m.partition(), m.offset()
+            assert offset == next_offset[p] and m.value() == _value(offset * partitions + p), \
+                f"partition {p} offset {offset} read as #{next_offset[p]}"
+            next_offset[p] += 1
             n += 1
     finally:
         c.close()
@@ -126,21 +130,7 @@ def test_many_partitions_each_under_a_mebibyte_stay_within_the_shards_budget(tmp
             time.sleep(0.5)
         assert grew < 45, f"the shard's heap grew {grew:.1f} MB holding {count * SIZE / 1e6:.0f} MB of records"
 
-        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _name("r"), "auto.offset.reset": "earliest",
-                      "enable.auto.commit": False})
-        c.subscribe([topic])
-        read, deadline = 0, time.monotonic() + 90
-        try:
-            while read < count and time.monotonic() < deadline:
-                m = c.poll(0.5)
-                if m is None or m.error():
-                    continue
-                i = m.offset() * partitions + m.partition()
-                assert m.value() == _value(i), f"partition {m.partition()} offset {m.offset()}"
-                read += 1
-        finally:
-            c.close()
-        assert read == count
+        assert _read_all(broker.bootstrap, topic, count, partitions) == count
     finally:
         broker.stop()
 
