@@ -48,6 +48,19 @@ def _value(i: int) -> bytes:
     return i.to_bytes(4, "big") * (SIZE // 4)
 
 
+def _produce_all(broker: Rafka, topic: str, count: int, partitions: int = 1) -> None:
+    """Produce records 0..count-1 (record i to partition i % partitions), acks=all, every one acknowledged."""
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": "all"})
+    for i in range(count):
+        while True:
+            try:
+                p.produce(topic, _value(i), partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+
+
 def _read_all(bootstrap: str, topic: str, count: int = COUNT, partitions: int = 1) -> int:
     """Consume the topic from the start, checking each record's content (record i went to
     partition i % partitions) and order; how many were read."""
@@ -77,15 +90,7 @@ def test_retained_data_is_served_from_the_files_not_held_in_the_shards_memory(tm
         create_topic(broker.bootstrap, topic, 1)  # Kafka's defaults: 7 days' retention, 1 GiB segments
         pid = broker.children()["rafka-shard-0"]
         before = _anon_mb(pid)
-        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": "all"})
-        for i in range(COUNT):
-            while True:
-                try:
-                    p.produce(topic, _value(i))
-                    break
-                except BufferError:
-                    p.poll(0.05)
-        assert p.flush(60) == 0
+        _produce_all(broker, topic, COUNT)
         grew = _anon_mb(pid) - before
         # held in memory, the 96 MB would show here (54 MB of 48 MB did); paged, the shard keeps under a MiB
         # of batches, ~50 bytes per older batch, and the allocator's high-water mark of the produce path
@@ -112,15 +117,7 @@ def test_many_partitions_each_under_a_mebibyte_stay_within_the_shards_budget(tmp
         create_topic(broker.bootstrap, topic, partitions)
         pid = broker.children()["rafka-shard-0"]
         before = _anon_mb(pid)
-        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": "all"})
-        for i in range(count):
-            while True:
-                try:
-                    p.produce(topic, _value(i), partition=i % partitions)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-        assert p.flush(60) == 0
+        _produce_all(broker, topic, count, partitions)
         held = _shard_gauge(broker, "rafka_log_unpaged_bytes", above=0)  # a sample written after the produce
         assert 0 < held <= 32 << 20, f"{held / 2**20:.1f} MiB of batches in the heap"
         # held, the 90 MB stay (92 MB seen); paged, at most the budget, once the allocator has handed
