@@ -76,12 +76,13 @@ class Pager:
         sealed segment's is tried again by the retention pass: a ``retry``, which leaves the
         count of the partition's batches in memory, those of its active segment, as it is)."""
         prev = self._active.get(key)
-        if prev is not None and prev[0] == path:
+        same = prev is not None and prev[0] == path  # the active segment's mapping, kept from its last page-out
+        if same:
             del self._active[key]
         plog = self.logs.get(key)
         if plog is None:
             return True
-        view, pos, resume = (prev[1], prev[2], max(first, prev[3])) if prev and prev[0] == path else (None, 0, first)
+        view, pos, resume = (prev[1], prev[2], max(first, prev[3])) if same else (None, 0, first)
         try:
             size = os.stat(path).st_size if written is None else written
             if view is None or len(view) < size:  # (a segment of one entry may exceed the segment size)
@@ -123,8 +124,7 @@ class Pager:
                 self._forget(key)  # nothing of it in a file to page (its stream gone)
             else:
                 self.page_out(key, active[0], active[1], active[2], False, active[3])
-        if not self._due and self.unpaged_total >= paging.PAGE_BUDGET_BYTES:
-            self._page_largest()
+        self._keep_budget()
         if self._due:
             self.timer.schedule("log-pager", 0, self.page_active)
         else:
@@ -155,12 +155,15 @@ class Pager:
         self.unpaged_total += add
         if n >= paging.PAGE_ACTIVE_BYTES:
             self._page_soon({key})
-        elif self.unpaged_total >= paging.PAGE_BUDGET_BYTES and not self._due:
-            self._page_largest()
+        else:
+            self._keep_budget()
 
-    def _page_largest(self) -> None:
-        """Page the partitions holding the most in memory, until half the budget would be left
-        (many partitions each under ``PAGE_ACTIVE_BYTES`` would hold it all)."""
+    def _keep_budget(self) -> None:
+        """Once the shard holds ``PAGE_BUDGET_BYTES`` and nothing is due, page the partitions
+        holding the most until half the budget would be left (many partitions each under
+        ``PAGE_ACTIVE_BYTES`` would hold it all)."""
+        if self._due or self.unpaged_total < paging.PAGE_BUDGET_BYTES:
+            return
         excess, keys = self.unpaged_total - paging.PAGE_BUDGET_BYTES // 2, set()
         for key, n in sorted(self.unpaged.items(), key=itemgetter(1), reverse=True):
             if excess <= 0:
