@@ -127,6 +127,7 @@ class DataPlane:
         elif record.type == RecordType.PARTITION_TRUNCATE and record.value is None:  # the log dropped
             self.pager.dropped(tuple(record.key))
 
+    # -- catalogue ----------------------------------------------------------
     def list_topics(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         """Metadata: the named topics (auto-created when allowed) or all of them."""
         records: list[Record] = []

@@ -44,9 +44,7 @@ class Batches:
     def same_place(self, j: int, other: Batches, i: int) -> None:
         """Read batch ``j`` from where ``other`` reads its batch ``i`` (the same bytes), if that is paged."""
         if i not in other.held:
-            self.which[j], self.starts[j], self.sizes[j] = self.map_index(other.maps[other.which[i]]), \
-                other.starts[i], other.sizes[i]
-            self.held.pop(j, None)
+            self.page(j, other.maps[other.which[i]], other.starts[i])
 
     def map_index(self, mapping: memoryview) -> int:
         """Where ``mapping`` is in ``maps``, added if it is not."""
