@@ -211,12 +211,17 @@ def test_the_active_segment_is_paged_each_mebibyte_and_its_views_move_to_one_map
     assert again.read_all() == b"".join(written + more)
 
 
+def _segment_per_batch(tmp_path: Path, monkeypatch: Any, mappings_left: int, batches: int) -> tuple[Shard, list[bytes]]:
+    """A shard whose every batch seals a WAL segment, with room for ``mappings_left`` more mappings."""
+    gc.collect()  # mappings of earlier tests that only cycles hold
+    monkeypatch.setattr(paging, "MAX_MAPPINGS", paging.mappings + mappings_left)
+    shard = Shard(tmp_path, data_roll_bytes=1_000)
+    return shard, [shard.produce(b"v" * 1_500, i, {"segment.bytes": "1000"}) for i in range(batches)]
+
+
 def test_past_the_mapping_budget_batches_stay_in_memory_with_a_warning(tmp_path: Path, monkeypatch: Any,
                                                                         caplog: Any) -> None:
-    gc.collect()  # mappings of earlier tests that only cycles hold
-    monkeypatch.setattr(paging, "MAX_MAPPINGS", paging.mappings + 5)
-    shard = Shard(tmp_path, data_roll_bytes=1_000)
-    written = [shard.produce(b"v" * 1_500, i, {"segment.bytes": "1000"}) for i in range(20)]
+    shard, written = _segment_per_batch(tmp_path, monkeypatch, mappings_left=5, batches=20)
     kinds = _kinds(shard.log)
     assert kinds.count("view") == 5 and shard.read_all() == b"".join(written)
     assert len([r for r in caplog.records if "could not be mapped" in r.getMessage()]) == 1
@@ -332,10 +337,7 @@ def test_the_budget_is_looked_at_again_once_the_pager_is_done(tmp_path: Path, mo
 
 def test_a_sealed_segment_left_in_memory_is_paged_by_a_later_retention_pass(tmp_path: Path, monkeypatch: Any,
                                                                              caplog: Any) -> None:
-    gc.collect()  # mappings of earlier tests that only cycles hold
-    monkeypatch.setattr(paging, "MAX_MAPPINGS", paging.mappings + 2)
-    shard = Shard(tmp_path, data_roll_bytes=1_000)
-    written = [shard.produce(b"v" * 1_500, i, {"segment.bytes": "1000"}) for i in range(10)]
+    shard, written = _segment_per_batch(tmp_path, monkeypatch, mappings_left=2, batches=10)
     assert _kinds(shard.log).count("view") == 2
     counted = shard.state.data.pager.unpaged_total
     monkeypatch.setattr(paging, "MAX_MAPPINGS", paging.mappings + 100)
