@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import threading
 import time
@@ -10,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -234,3 +236,16 @@ def read_kcat(bootstrap: str, topic: str) -> list[Row]:
         offset, key, size, value = line.split("|", 3)
         rows.append((int(offset), key.encode(), None if size == "-1" else value.encode()))
     return rows
+
+
+def run_scenario(argv: list[str], what: str, broker: Any, timeout: float) -> dict[str, Any]:
+    """Run a client program's scenario (``argv``) against ``broker``; the JSON of its last line
+    (a hang or a failure fails the test with the program's stderr and the broker's log)."""
+    try:
+        out = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        pytest.fail(f"{what} hung for {timeout}s:\n{stderr[-4000:]}\nrafka log:\n{broker.logs()}")
+    assert out.returncode == 0 and out.stdout.strip(), \
+        f"{what} failed ({out.returncode}):\n{out.stderr[-4000:]}\nrafka log:\n{broker.logs()}"
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

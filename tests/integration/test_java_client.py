@@ -8,7 +8,6 @@ the machine's ``javac``.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.clients import create_topic
+from tests.integration.clients import create_topic, run_scenario
 from tests.integration.clients import unique_name as name
 from tests.integration.conftest import ROOT, Rafka
 from tests.integration.test_security import USERS, SecureRafka
@@ -39,16 +38,8 @@ class Java:
 
     def run(self, scenario: str, broker: Rafka, timeout: float = 90, **args: Any) -> dict[str, Any]:
         """Run one scenario against ``broker`` and return the JSON it printed."""
-        argv = [*self.command, broker.bootstrap, scenario,
-                *(f"{k}={v}" for k, v in args.items())]
-        try:
-            out = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
-            pytest.fail(f"Java {scenario} hung for {timeout}s:\n{stderr[-4000:]}\nrafka log:\n{broker.logs()}")
-        assert out.returncode == 0 and out.stdout.strip(), \
-            f"Java {scenario} failed ({out.returncode}):\n{out.stderr[-4000:]}\nrafka log:\n{broker.logs()}"
-        return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+        argv = [*self.command, broker.bootstrap, scenario, *(f"{k}={v}" for k, v in args.items())]
+        return run_scenario(argv, f"Java {scenario}", broker, timeout)
 
 
 @pytest.fixture(scope="session")

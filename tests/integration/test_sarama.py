@@ -8,7 +8,6 @@ proxy needed); Sarama's zstd codec also needs cgo, i.e. a C compiler.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from tests.integration.clients import run_scenario
 from tests.integration.clients import unique_name as name
 from tests.integration.conftest import ROOT, Rafka
 
@@ -58,14 +58,7 @@ class Sarama:
                 argv.append(option)
             elif value is not False:
                 argv.append(f"{option}={value}")
-        try:
-            out = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
-            pytest.fail(f"Sarama {scenario} hung for {timeout}s:\n{stderr[-4000:]}\nrafka log:\n{broker.logs()}")
-        assert out.returncode == 0 and out.stdout.strip(), \
-            f"Sarama {scenario} failed ({out.returncode}):\n{out.stderr[-4000:]}\nrafka log:\n{broker.logs()}"
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return run_scenario(argv, f"Sarama {scenario}", broker, timeout)
 
 
 @pytest.fixture(scope="session")
