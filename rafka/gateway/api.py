@@ -48,11 +48,11 @@ def api(key: int, min_version: int, max_version: int, name: str) -> Callable[[Ha
     """Register ``fn`` as the handler of API ``key`` for versions min..max."""
 
     def deco(fn: Handler) -> Handler:
-        from rafka.protocol.codec import request_class
+        from rafka.protocol.codec import has_request_schema
 
         if key in REGISTRY:
             raise ValueError(f"API key {key} registered twice")
-        missing = [v for v in range(min_version, max_version + 1) if request_class(key, v) is None]
+        missing = [v for v in range(min_version, max_version + 1) if not has_request_schema(key, v)]
         if missing:
             raise ValueError(f"API key {key}: the codec has no schema for versions {missing}")
         REGISTRY[key] = ApiSpec(key, min_version, max_version, name, fn)

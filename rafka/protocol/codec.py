@@ -25,7 +25,9 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
 
 _HDR = struct.Struct(">hhi")
 _HDR_CLIENT = struct.Struct(">hhih")  # the header's fixed part, and the client id's length
@@ -108,6 +110,14 @@ def peek_key_version_correlation(frame: bytes) -> tuple[int, int, int]:
     if len(frame) < 8:
         raise DecodeError("request shorter than its header")
     return _HDR.unpack_from(frame, 0)
+
+
+def has_request_schema(api_key: int, version: int) -> bool:
+    """Whether Kafka defines ``api_key`` at ``version``, from kio's index: without importing
+    the schema, which ``request_class`` does on first use (importing them all costs a gateway
+    a second at start)."""
+    versions = schema_name_map.get(api_key_map.get(api_key, ""), {})
+    return EntityType.request in versions.get(version, {})
 
 
 @cache

@@ -41,6 +41,21 @@ def test_response_round_trip(api_key: int, version: int, data: st.DataObject) ->
     assert int.from_bytes(encoded[4:8], "big") == 42
 
 
+def test_an_api_is_registered_only_for_versions_kafka_defines() -> None:
+    """The registry's check reads kio's index (no schema imported at start); it agrees with
+    loading each schema, and a version Kafka lacks is refused."""
+    for key in range(100):
+        for version in range(20):
+            assert codec.has_request_schema(key, version) == (codec.request_class(key, version) is not None)
+    from rafka.gateway.api import api
+
+    async def handler(ctx: object, body: object) -> None: ...
+
+    with pytest.raises(ValueError, match=r"no schema for versions \[0\]"):
+        api(38, 0, 3, "test.create_delegation_token")(handler)  # Kafka defines CreateDelegationToken v1-3
+    assert 38 not in REGISTRY
+
+
 def test_from_op_fills_missing_fields_and_drops_unknown_ones() -> None:
     cls = codec.response_class(11, 0)  # JoinGroup v0 has no protocol_type, and a non-null protocol_name
     entity = codec.from_op(cls, {"error_code": 79, "member_id": "m", "protocol_type": "consumer",
