@@ -35,7 +35,7 @@ class Wal(Protocol):
 
     def append(self, records: list[Record]) -> None: ...
     def commit(self) -> Future[None] | None: ...
-    def recover(self) -> Iterator[list[Record]]: ...
+    def recover(self, raw: bool = False) -> Iterator[list[Record]]: ...
     def close(self) -> None: ...
 
 
@@ -66,6 +66,11 @@ class ShardState:
         self._replayers: dict[int, Callable[[Record], None]] = {
             RecordType.OFFSET_COMMIT: groups.replay,
             RecordType.GROUP_METADATA: groups.replay,
+        }
+        # what ``replay`` does with a record of these types, given its key and value: recovery
+        # replays millions of commits from the decoded tuples, without a Record for each
+        self._field_replayers: dict[int, Callable[[Any, Any], None]] = {
+            RecordType.OFFSET_COMMIT: groups.replay_offset_commit,
         }
         # KIP-848 consumer groups live next to the classic ones (rafka.shard.groups.consumer)
         self.consumer_groups: Any = getattr(groups, "consumer", None)
@@ -127,16 +132,19 @@ class ShardState:
         if self.wal is None:
             return
         n = 0
-        replayers = self._replayers
-        for segment in self.wal.recover():
+        replayers, by_fields, new = self._replayers, self._field_replayers.get, tuple.__new__
+        for segment in self.wal.recover(raw=True):  # (type, key, value) tuples, or Records
             for start in range(0, len(segment), 10_000):
                 chunk = segment[start : start + 10_000]
                 for record in chunk:
                     try:
-                        replayers[record.type](record)
+                        replay = by_fields(record[0])
+                        if replay is not None:
+                            replay(record[1], record[2])
+                        else:
+                            replayers[record[0]](new(Record, record))
                     except Exception:
-                        log.exception("recovery: record %s %s could not be replayed; skipped",
-                                      record.type, record.key)
+                        log.exception("recovery: record %.300r could not be replayed; skipped", record)
                 n += len(chunk)
                 yield n
         yield n

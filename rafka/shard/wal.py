@@ -259,11 +259,11 @@ class Wal:
         return ("logs", ids.log_partition(org_id, topic, partition, self.partitions), org_id, topic, partition)
 
     # -- recovery ------------------------------------------------------------
-    def recover(self) -> Iterator[list[Record]]:
-        """Every record of every owned stream, a segment's records at a time: meta streams first,
-        then data streams."""
+    def recover(self, raw: bool = False) -> Iterator[list[Record]]:
+        """Every record of every owned stream, a segment's records at a time: meta streams first
+        (``raw``: as plain ``(type, key, value)`` tuples), then data streams."""
         for p in sorted(self.owned):
-            yield from self._stream(("meta", p)).recover()
+            yield from self._stream(("meta", p)).recover(raw)
         logs_root = self.root / "logs"
         for p in sorted(self.owned):
             base = logs_root / f"{p:02d}"

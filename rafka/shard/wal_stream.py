@@ -61,9 +61,11 @@ def encode_entry(records: list[Record], pack: Callable[[Any], bytes] = _PACK) ->
     return _HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
-def read_entries(path: Path) -> tuple[list[Record], int, str | None, bool]:
+def read_entries(path: Path, raw: bool = False) -> tuple[list[Record], int, str | None, bool]:
     """Records of one segment, the byte length of its good prefix, why it stopped early, and
-    whether a good entry follows the bad one (damage on disk: a write is torn only at the end)."""
+    whether a good entry follows the bad one (damage on disk: a write is torn only at the end).
+    ``raw``: the records as the plain ``(type, key, value)`` tuples decoding gives (a ``Record``
+    made of each costs recovery ~400 ns a record, a third of its read)."""
     data = path.read_bytes()
     out: list[Record] = []
     pos = 0
@@ -73,7 +75,10 @@ def read_entries(path: Path) -> tuple[list[Record], int, str | None, bool]:
             if data.count(0, pos) == len(data) - pos:
                 break  # zeros allocated ahead, never written: the end of the data
             return out, pos, why, _intact_after(data, pos, end)
-        out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
+        if raw:
+            out.extend(entry)
+        else:
+            out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
         pos = end
     return out, pos, None, False
 
@@ -163,8 +168,10 @@ class Stream:
             d.mkdir(exist_ok=True)
             self.new_entries.add(d.parent)
 
-    def recover(self) -> Iterator[list[Record]]:
-        """Yield the good records of each segment; truncate a torn tail; open the last segment for appends."""
+    def recover(self, raw: bool = False) -> Iterator[list[Record]]:
+        """Yield the good records of each segment (``raw``: as plain tuples, see ``read_entries``; not
+        for a data stream, which reads them); truncate a torn tail; open the last segment for appends."""
+        assert not (raw and self.data)
         self._make_dir()
         segs = self.segments()
         for stray in sorted(set(self.dir.glob("*.wal")) - set(segs)):
@@ -172,7 +179,7 @@ class Stream:
         dropped_at: int | None = None
         good = None
         for i, seg in enumerate(segs):
-            records, good, why, damaged = read_entries(seg)
+            records, good, why, damaged = read_entries(seg, raw)
             if why is not None and i < len(segs) - 1:
                 # a sealed segment was fsynced whole when it rolled: this is damage on disk, not a torn
                 # write, and the segments after it hold acknowledged records, so they are kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -9,6 +10,8 @@ from hypothesis import strategies as st
 
 from rafka.shard.groups import Errors, GroupConfig, GroupCoordinator
 from rafka.shard.groups.coordinator import GroupCoordinator as _GC
+from rafka.shard.handlers import ShardState
+from rafka.shard.wal import Wal
 from tests.shard.test_groups_context import FakeTimer, GroupsTestContext, Response, committed, roundtrip
 
 DURABLE_STATES = ("Stable", "Empty")
@@ -309,3 +312,26 @@ def test_an_offsets_own_retention_survives_replay_and_compaction() -> None:
     fresh = assert_recovers(ctx)
     assert fresh.coord.offsets.expire_ts(ctx.org, "g", "t", 0) == ctx.now + 3_600_000
     assert fresh.coord.offsets.expire_ts(ctx.org, "g", "t", 1) is None
+
+
+def test_a_shards_recovery_from_its_wal_rebuilds_what_replay_built(tmp_path: Path) -> None:
+    """``ShardState.recover`` replays the log's commits from their decoded fields, the other
+    records as Records: the state equals the live one (commits dense and sparse, with and without
+    their own retention, deleted, and groups)."""
+    ctx = GroupsTestContext()
+    x, _ = ctx.stable_group("g", n=2)
+    ctx.commit("g", {"t": {0: 1, 1: 2, 7: 9}, "u": {3: 4}}, generation=1, member_id=x)
+    ctx.commit("simple", {"t": {0: 5, 1: 6}}, version=2, retention_time=3_600_000)
+    ctx.commit("simple", {"t": {1: 7}}, version=2)
+    ctx.call("offset_delete", {"group_id": "simple", "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}]})
+    wal = Wal(tmp_path, set(range(4)), 4, fsync="never")
+    wal.append(ctx.log)
+    wal.close()
+    fresh = GroupsTestContext()
+    fresh.now = ctx.now
+    state = ShardState(0, fresh.coord, wal=Wal(tmp_path, set(range(4)), 4, fsync="never"))
+    assert list(state.recover())[-1] == len(ctx.log)
+    fresh.coord.on_loaded(ctx.now)
+    assert durable_view(fresh.coord) == durable_view(ctx.coord)
+    assert fresh.coord.offsets.get(ctx.org, "simple", "t", 0) is None
+    assert fresh.coord.offsets.expire_ts(ctx.org, "simple", "t", 1) is None

@@ -40,23 +40,8 @@ class GroupCoordinator(AdminMixin):
 
     def replay(self, record: Record) -> None:
         """Apply one OFFSET_COMMIT or GROUP_METADATA record (live path and recovery alike)."""
-        if record.type == _OFFSET_COMMIT:  # the hot case: recovery replays millions of these
-            org_id, group_id, topic, partition = record.key
-            value = record.value
-            if value is None:
-                self.offsets.delete(org_id, group_id, topic, partition)
-                return
-            expire_ts = None
-            if type(value) is not bytes:
-                if type(value) is dict:  # the value format before packed entries
-                    value = pack_entry(value["offset"], value["leader_epoch"], value["metadata"] or "",
-                                       value["commit_ts"])
-                else:  # (entry, expire_ts): committed with its own retention
-                    value, expire_ts = value
-            group_key = (org_id, group_id)
-            if group_key not in self.groups:
-                self.ensure_group(org_id, group_id, entry_commit_ts(value))
-            self.offsets.put(group_key, topic, partition, value, expire_ts)
+        if record.type == _OFFSET_COMMIT:
+            self.replay_offset_commit(record.key, record.value)
         elif record.type == RecordType.GROUP_METADATA:
             org_id, group_id = record.key
             if record.value is None:
@@ -69,6 +54,25 @@ class GroupCoordinator(AdminMixin):
                 self.groups[(org_id, group_id)] = ClassicGroup.from_record(org_id, group_id, record.value)
             else:
                 group.durable = record.value  # the live group is already ahead of its image
+
+    def replay_offset_commit(self, key: tuple[str, str, str, int], value: Any) -> None:
+        """Apply one OFFSET_COMMIT record's key and value: ``replay`` of the live path, and recovery's
+        of each decoded record (millions: it gets no ``Record``)."""
+        org_id, group_id, topic, partition = key
+        if value is None:
+            self.offsets.delete(org_id, group_id, topic, partition)
+            return
+        expire_ts = None
+        if type(value) is not bytes:
+            if type(value) is dict:  # the value format before packed entries
+                value = pack_entry(value["offset"], value["leader_epoch"], value["metadata"] or "",
+                                   value["commit_ts"])
+            else:  # (entry, expire_ts): committed with its own retention
+                value, expire_ts = value
+        group_key = (org_id, group_id)
+        if group_key not in self.groups:
+            self.ensure_group(org_id, group_id, entry_commit_ts(value))
+        self.offsets.put(group_key, topic, partition, value, expire_ts)
 
     def ensure_group(self, org_id: str, group_id: str, now_ms: int) -> None:
         """Offsets never exist without a group: an offset (committed or pending in a transaction)
