@@ -5,8 +5,9 @@ to the shard's handler shape ``(org_id, payload, now_ms, respond) -> records``
 (writes through ``_pure``) and owns long-poll fetches. A FETCH that has fewer than ``min_bytes`` ready is parked
 under its ``fetch_id`` and the partitions it watches; a produce that appends to a
 watched partition re-runs the parked fetch, and the fetch is answered when it has
-``min_bytes``, when its ``max_wait_ms`` timer fires, or when the gateway sends
-FETCH_CANCEL (a fetch spanning several shards has its answer). FETCH_RETARGET lowers a
+``min_bytes``, when its ``max_wait_ms`` timer fires, when its topic is deleted (with the
+error a re-run then finds, as Kafka completes a delayed fetch of a partition it stops
+hosting), or when the gateway sends FETCH_CANCEL (a fetch spanning several shards has its answer). FETCH_RETARGET lowers a
 parked fetch's ``min_bytes`` to what the other shards' answers left to make up.
 Responses are plain msgpack data (topic ids as strings).
 """
@@ -126,6 +127,9 @@ class DataPlane:
             self.pager.count(tuple(record.key), sum(map(len, cleaned)), len(cleaned))
         elif record.type == RecordType.PARTITION_TRUNCATE and record.value is None:  # the log dropped
             self.pager.dropped(tuple(record.key))
+        elif record.type == RecordType.TOPIC_DROPPED:  # fetches waiting on the topic are answered now, as Kafka's are
+            org_id, topic = record.key[0], record.key[1]
+            self.timer_wake({k for k in self.watchers if k[0] == org_id and k[1] == topic})
 
     # -- catalogue ----------------------------------------------------------
     def list_topics(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
@@ -270,7 +274,7 @@ class DataPlane:
         if parked is None:
             return
         resp = self.logs.fetch(parked.org_id, parked.op)
-        if _size(resp) >= max(parked.op.get("min_bytes", 1), 1):
+        if _size(resp) >= max(parked.op.get("min_bytes", 1), 1) or any(p.get("error_code") for p in resp["partitions"]):
             self._finish(fetch_id, resp)
 
     def _finish(self, fetch_id: str, resp: dict[str, Any] | None = None) -> list[Record]:

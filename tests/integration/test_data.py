@@ -466,6 +466,37 @@ def test_a_deleted_topics_committed_offsets_go_with_it(rafka: Rafka) -> None:
         c.close()
 
 
+@pytest.mark.parametrize("version", [12, 13])
+def test_a_fetch_waiting_when_its_topic_is_deleted_is_answered_as_kafka_answers_for_a_topic_it_lacks(
+        rafka: Rafka, version: int) -> None:
+    """A Fetch parked at the end of a partition is woken by the topic's deletion and answered at
+    once: UNKNOWN_TOPIC_OR_PARTITION when asked by name, UNKNOWN_TOPIC_ID by id (v13+), as Kafka
+    answers for a topic it no longer has (not the retriable NOT_LEADER_OR_FOLLOWER)."""
+    from confluent_kafka.admin import AdminClient
+
+    topic = _name("parked")
+    create_topic(rafka.bootstrap, topic, 1)
+    part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+            "log_start_offset": -1, "last_fetched_epoch": -1}
+    with RawClient("127.0.0.1", rafka.port) as c:
+        md = c.request(3, 12, {"topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False})
+        named = {"topic_id": md["topics"][0]["topic_id"]} if version >= 13 else {"topic": topic}
+        req = {"replica_id": -1, "max_wait": 20_000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+               "session_id": 0, "session_epoch": -1, "topics": [{**named, "partitions": [part]}],
+               "forgotten_topics_data": [], "rack_id": ""}
+        c.send_raw(c.encode(1, version, req))
+        time.sleep(0.5)  # parked on the partition's shard
+        start = time.monotonic()
+        admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
+        admin.delete_topics([topic])[topic].result(15)
+        resp = c.read_response(1, version)
+        took = time.monotonic() - start
+    error = resp["responses"][0]["partitions"][0]["error_code"]
+    assert error == (100 if version >= 13 else 3), error  # UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION
+    assert took < 10, "the deletion ended the wait"
+
+
 def test_offset_commit_and_fetch_v10_name_topics_by_id(rafka: Rafka) -> None:
     """OffsetCommit and OffsetFetch v10 (Kafka 4.1+, KIP-848) name topics by id: a commit for a
     topic deleted and created again under the same name is refused with UNKNOWN_TOPIC_ID and

@@ -99,13 +99,39 @@ def _leader_epoch_error(epoch: int | None) -> int:
     return Err.UNKNOWN_LEADER_EPOCH if epoch > LEADER_EPOCH else Err.FENCED_LEADER_EPOCH
 
 
-def _forget_stale(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, Any]]) -> None:
+def _forget_stale(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, Any]]) -> set[str]:
     """A shard refused partitions as named by a stale cache (a deleted incarnation of the topic):
-    forget those topics, so the client's retry looks them up afresh."""
-    stale = {t for (t, _), a in answers.items()
-             if a.get("error_code") == Err.NOT_LEADER_OR_FOLLOWER and "unanswered" not in a}
+    forget those topics, so the client's retry looks them up afresh; the topics forgotten."""
+    stale = {t for (t, _), a in answers.items() if _refused_as_stale(a)}
     if stale:
         topic_cache(ctx).invalidate(ctx.org_id, stale)
+    return stale
+
+
+def _refused_as_stale(answer: dict[str, Any]) -> bool:
+    return answer.get("error_code") == Err.NOT_LEADER_OR_FOLLOWER and "unanswered" not in answer
+
+
+async def _answer_deleted(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, Any]], stale: set[str],
+                          asked_ids: dict[str, Any]) -> None:
+    """A Fetch's partitions refused as stale whose topic is gone now (a deletion that reached the
+    shard while the fetch waited there, or before a gateway's cache knew) are answered as Kafka
+    answers for a topic it no longer has: UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_TOPIC_ID when
+    asked by id (v13+), also when the name is another topic's now. Otherwise, or while the catalogue
+    cannot say, the retriable NOT_LEADER_OR_FOLLOWER stands (the retry reads the new topic)."""
+    if not stale:
+        return
+    infos, error = await _topics(ctx, sorted(stale), False)
+    if error == Err.LEADER_NOT_AVAILABLE:  # the catalogue's shard is down
+        return
+    by_id = ctx.api_version >= 13
+    for (name, _p), a in answers.items():
+        if name in stale and _refused_as_stale(a):
+            info = infos.get(name)
+            if info is None:
+                a["error_code"] = Err.UNKNOWN_TOPIC_ID if by_id else Err.UNKNOWN_TOPIC_OR_PARTITION
+            elif by_id and info.get("topic_id") != str(asked_ids.get(name)):
+                a["error_code"] = Err.UNKNOWN_TOPIC_ID
 
 
 def _incarnation(info: dict[str, Any]) -> dict[str, Any]:
@@ -401,7 +427,7 @@ async def _fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     extra = {"max_wait_ms": 0 if refused or unknown else req.get("max_wait", 0), "min_bytes": req.get("min_bytes", 1),
              "max_bytes": req.get("max_bytes", 2**31 - 1), "isolation_level": req.get("isolation_level", 0)}
     answers = await _parked_fetch(ctx, parts, extra) if parts else {}
-    _forget_stale(ctx, answers)
+    await _answer_deleted(ctx, answers, _forget_stale(ctx, answers), {name: i for _, name, i, _ in resolved})
     answers.update(refused)
     missing = Err.UNKNOWN_TOPIC_ID if ctx.api_version >= 13 else Err.UNKNOWN_TOPIC_OR_PARTITION
     responses = []
