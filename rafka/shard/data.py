@@ -263,13 +263,13 @@ class DataPlane:
         return []
 
     def timer_wake(self, keys: set[tuple[str, str, int]]) -> None:
-        """Re-run parked fetches watching ``keys``; answer those that now have enough."""
+        """Re-run parked fetches watching ``keys``; answer those that now have enough, or an error."""
         for key in keys:
             for fid in list(self.watchers.get(key, ())):
                 self._recheck(fid)
 
     def _recheck(self, fetch_id: str) -> None:
-        """Re-run a parked fetch; answer it if it now has its ``min_bytes``."""
+        """Re-run a parked fetch; answer it if it now has its ``min_bytes`` or a partition error."""
         parked = self.parked.get(fetch_id)
         if parked is None:
             return
@@ -288,7 +288,11 @@ class DataPlane:
                 ids.discard(fetch_id)
                 if not ids:
                     del self.watchers[key]
-        parked.respond(plain(resp if resp is not None else self.logs.fetch(parked.org_id, parked.op)))
+        resp = resp if resp is not None else self.logs.fetch(parked.org_id, parked.op)
+        for p in resp["partitions"]:
+            if p["error_code"]:
+                p["waited"] = True  # found while the fetch waited (see the gateway's _answer_deleted)
+        parked.respond(plain(resp))
         return []
 
 

@@ -35,7 +35,7 @@ class Wal(Protocol):
 
     def append(self, records: list[Record]) -> None: ...
     def commit(self) -> Future[None] | None: ...
-    def recover(self, raw: bool = False) -> Iterator[list[Record]]: ...
+    def recover(self, raw: bool = False) -> Iterator[list[Any]]: ...
     def close(self) -> None: ...
 
 
@@ -93,6 +93,7 @@ class ShardState:
 
     def register_replay(self, rtype: RecordType, replay: Callable[[Record], None]) -> None:
         self._replayers[rtype] = replay
+        self._field_replayers.pop(rtype, None)  # recovery replays through the same one
 
     def dispatch(self, op: int, org_id: str, payload: Any, now_ms: int, respond: Respond, trace: str | None) -> None:
         handler = self.handlers.get(op)
@@ -128,7 +129,8 @@ class ShardState:
         return self.wal.commit() if self.wal is not None else None
 
     def recover(self) -> Iterator[int]:
-        """Replay the write-ahead log through ``replay``; yields progress every 10,000 records."""
+        """Replay the write-ahead log through the replayers ``replay`` uses (a commit's key and value
+        straight to its field replayer, from the decoded tuple); yields progress every 10,000 records."""
         if self.wal is None:
             return
         n = 0
@@ -142,7 +144,7 @@ class ShardState:
                         if replay is not None:
                             replay(record[1], record[2])
                         else:
-                            replayers[record[0]](new(Record, record))
+                            replayers[record[0]](record if type(record) is Record else new(Record, record))
                     except Exception:
                         log.exception("recovery: record %.300r could not be replayed; skipped", record)
                 n += len(chunk)

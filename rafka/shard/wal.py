@@ -259,7 +259,7 @@ class Wal:
         return ("logs", ids.log_partition(org_id, topic, partition, self.partitions), org_id, topic, partition)
 
     # -- recovery ------------------------------------------------------------
-    def recover(self, raw: bool = False) -> Iterator[list[Record]]:
+    def recover(self, raw: bool = False) -> Iterator[list[Any]]:
         """Every record of every owned stream, a segment's records at a time: meta streams first
         (``raw``: as plain ``(type, key, value)`` tuples), then data streams."""
         for p in sorted(self.owned):

@@ -61,13 +61,13 @@ def encode_entry(records: list[Record], pack: Callable[[Any], bytes] = _PACK) ->
     return _HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
-def read_entries(path: Path, raw: bool = False) -> tuple[list[Record], int, str | None, bool]:
+def read_entries(path: Path, raw: bool = False) -> tuple[list[Any], int, str | None, bool]:
     """Records of one segment, the byte length of its good prefix, why it stopped early, and
     whether a good entry follows the bad one (damage on disk: a write is torn only at the end).
     ``raw``: the records as the plain ``(type, key, value)`` tuples decoding gives (a ``Record``
     made of each costs recovery ~400 ns a record, a third of its read)."""
     data = path.read_bytes()
-    out: list[Record] = []
+    out: list[Any] = []
     pos = 0
     while pos < len(data):
         entry, end, why = _entry_at(data, pos)
@@ -168,7 +168,7 @@ class Stream:
             d.mkdir(exist_ok=True)
             self.new_entries.add(d.parent)
 
-    def recover(self, raw: bool = False) -> Iterator[list[Record]]:
+    def recover(self, raw: bool = False) -> Iterator[list[Any]]:
         """Yield the good records of each segment (``raw``: as plain tuples, see ``read_entries``; not
         for a data stream, which reads them); truncate a torn tail; open the last segment for appends."""
         assert not (raw and self.data)

@@ -238,6 +238,25 @@ def read_kcat(bootstrap: str, topic: str) -> list[Row]:
     return rows
 
 
+def fetch_of_one_partition(c: Any, topic: str, version: int, max_wait: int = 0) -> dict[str, Any]:
+    """A Fetch of partition 0 of ``topic`` from offset 0 over RawClient ``c``: by name below
+    version 13, by the topic's id (from Metadata) from 13. Sent, not awaited:
+    ``c.read_response(1, version)`` reads the answer."""
+    if version >= 13:
+        md = c.request(3, 12, {"topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False})
+        named: dict[str, Any] = {"topic_id": md["topics"][0]["topic_id"]}
+    else:
+        named = {"topic": topic}
+    part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+            "log_start_offset": -1, "last_fetched_epoch": -1}
+    req = {"replica_id": -1, "max_wait": max_wait, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+           "session_id": 0, "session_epoch": -1, "topics": [{**named, "partitions": [part]}],
+           "forgotten_topics_data": [], "rack_id": ""}
+    c.send_raw(c.encode(1, version, req))
+    return req
+
+
 def run_scenario(argv: list[str], what: str, broker: Any, timeout: float) -> dict[str, Any]:
     """Run a client program's scenario (``argv``) against ``broker``; the JSON of its last line
     (a hang or a failure fails the test with the program's stderr and the broker's log)."""

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 from crc32c import crc32c
 
 from rafka import ids
-from tests.integration.clients import create_topic, spread_name
+from tests.integration.clients import create_topic, fetch_of_one_partition, spread_name
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.rawclient import RawClient
@@ -467,33 +467,24 @@ def test_a_deleted_topics_committed_offsets_go_with_it(rafka: Rafka) -> None:
 
 
 @pytest.mark.parametrize("version", [12, 13])
-def test_a_fetch_waiting_when_its_topic_is_deleted_is_answered_as_kafka_answers_for_a_topic_it_lacks(
+def test_a_fetch_waiting_when_its_topic_is_deleted_is_answered_at_once_as_kafka_answers(
         rafka: Rafka, version: int) -> None:
     """A Fetch parked at the end of a partition is woken by the topic's deletion and answered at
-    once: UNKNOWN_TOPIC_OR_PARTITION when asked by name, UNKNOWN_TOPIC_ID by id (v13+), as Kafka
-    answers for a topic it no longer has (not the retriable NOT_LEADER_OR_FOLLOWER)."""
+    once with UNKNOWN_TOPIC_OR_PARTITION, by name or by id (Kafka completes the delayed fetch and
+    reads the partition by name), not with NOT_LEADER_OR_FOLLOWER when its max_wait ends."""
     from confluent_kafka.admin import AdminClient
 
     topic = _name("parked")
     create_topic(rafka.bootstrap, topic, 1)
-    part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
-            "log_start_offset": -1, "last_fetched_epoch": -1}
     with RawClient("127.0.0.1", rafka.port) as c:
-        md = c.request(3, 12, {"topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
-                               "include_topic_authorized_operations": False})
-        named = {"topic_id": md["topics"][0]["topic_id"]} if version >= 13 else {"topic": topic}
-        req = {"replica_id": -1, "max_wait": 20_000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-               "session_id": 0, "session_epoch": -1, "topics": [{**named, "partitions": [part]}],
-               "forgotten_topics_data": [], "rack_id": ""}
-        c.send_raw(c.encode(1, version, req))
+        fetch_of_one_partition(c, topic, version, max_wait=20_000)
         time.sleep(0.5)  # parked on the partition's shard
         start = time.monotonic()
         admin = AdminClient({"bootstrap.servers": rafka.bootstrap})
         admin.delete_topics([topic])[topic].result(15)
         resp = c.read_response(1, version)
         took = time.monotonic() - start
-    error = resp["responses"][0]["partitions"][0]["error_code"]
-    assert error == (100 if version >= 13 else 3), error  # UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION
+    assert resp["responses"][0]["partitions"][0]["error_code"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
     assert took < 10, "the deletion ended the wait"
 
 

@@ -25,7 +25,15 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, To
 from confluent_kafka.admin import AdminClient
 
 from rafka import ids
-from tests.integration.clients import Member, consumer, covers_exactly, create_topic, spread_name, wait_for
+from tests.integration.clients import (
+    Member,
+    consumer,
+    covers_exactly,
+    create_topic,
+    fetch_of_one_partition,
+    spread_name,
+    wait_for,
+)
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import ROOT, free_port
 from tests.rawclient import RawClient
@@ -216,6 +224,27 @@ def _read(bootstrap: str, topic: str, partitions: int, expected: int) -> dict[in
     finally:
         reader.close()
     return got
+
+
+@pytest.mark.parametrize(("version", "error"), [(12, 3), (13, 100)])
+def test_a_fetch_through_a_stale_gateway_of_a_deleted_topic_is_answered_as_kafka_answers(
+        cluster: Cluster, version: int, error: int) -> None:
+    """Gateway B still caches a topic deleted through gateway A: a fetch of it through B is
+    answered UNKNOWN_TOPIC_OR_PARTITION by name, UNKNOWN_TOPIC_ID by id (v13+), as Kafka answers
+    for a topic it no longer has, not the NOT_LEADER_OR_FOLLOWER of a topic that still exists."""
+    a = cluster.add_gateway(0)
+    b = cluster.add_gateway(1, extra=("--topic-metadata-ttl-ms", "120000"))
+    for _node, port, _m in (a, b):
+        cluster.wait_ready(port)
+    topic = _name("stale-fetch")
+    create_topic(f"127.0.0.1:{a[1]}", topic, 1)
+    with RawClient("127.0.0.1", b[1]) as c:
+        req = fetch_of_one_partition(c, topic, version)
+        assert c.read_response(1, version)["responses"][0]["partitions"][0]["error_code"] == 0  # B caches it
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{a[1]}"})
+        admin.delete_topics([topic])[topic].result(15)
+        c.send_raw(c.encode(1, version, req))  # the same fetch again
+        assert c.read_response(1, version)["responses"][0]["partitions"][0]["error_code"] == error
 
 
 def test_a_gateway_with_stale_metadata_cannot_write_into_a_deleted_topic(cluster: Cluster) -> None:

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from rafka.shard.groups import Errors, GroupConfig, GroupCoordinator
 from rafka.shard.groups.coordinator import GroupCoordinator as _GC
+from rafka.shard.groups.offsets_store import pack_entry
 from rafka.shard.handlers import ShardState
+from rafka.shard.records import Record, RecordType
 from rafka.shard.wal import Wal
 from tests.shard.test_groups_context import FakeTimer, GroupsTestContext, Response, committed, roundtrip
 
@@ -335,3 +337,19 @@ def test_a_shards_recovery_from_its_wal_rebuilds_what_replay_built(tmp_path: Pat
     assert durable_view(fresh.coord) == durable_view(ctx.coord)
     assert fresh.coord.offsets.get(ctx.org, "simple", "t", 0) is None
     assert fresh.coord.offsets.expire_ts(ctx.org, "simple", "t", 1) is None
+
+
+def test_recovery_replays_commits_through_a_replayer_registered_in_place_of_the_coordinators(tmp_path: Path) -> None:
+    """Live writes and recovery share one replay path, also for commits (which recovery gives the
+    coordinator's field replayer unless another replayer was registered for them)."""
+    seen: list[Record] = []
+    record = Record(RecordType.OFFSET_COMMIT, ("o", "g", "t", 0), pack_entry(5, -1, "", 1))
+    for replayed in ("live", "recovered"):
+        state = ShardState(0, GroupsTestContext().coord, wal=Wal(tmp_path, set(range(4)), 4, fsync="never"))
+        state.register_replay(RecordType.OFFSET_COMMIT, seen.append)
+        if replayed == "live":
+            state.append([record])
+        else:
+            list(state.recover())
+        state.close()
+    assert seen == [record, record]

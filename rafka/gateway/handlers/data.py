@@ -113,24 +113,25 @@ def _refused_as_stale(answer: dict[str, Any]) -> bool:
 
 
 async def _answer_deleted(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, Any]], stale: set[str],
-                          asked_ids: dict[str, Any]) -> None:
-    """A Fetch's partitions refused as stale whose topic is gone now (a deletion that reached the
-    shard while the fetch waited there, or before a gateway's cache knew) are answered as Kafka
-    answers for a topic it no longer has: UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_TOPIC_ID when
-    asked by id (v13+), also when the name is another topic's now. Otherwise, or while the catalogue
-    cannot say, the retriable NOT_LEADER_OR_FOLLOWER stands (the retry reads the new topic)."""
+                          resolved: list[tuple[dict[str, Any], str | None, Any, dict[str, Any]]], missing: int) -> None:
+    """A Fetch's partitions refused as stale whose topic is gone now are answered as Kafka answers
+    for a topic it no longer has: a deletion that reached the shard while the fetch waited there
+    with UNKNOWN_TOPIC_OR_PARTITION (Kafka's delayed fetch reads by name), one the gateway's cache
+    did not know of yet with ``missing`` (UNKNOWN_TOPIC_ID when asked by id, v13+, also when the
+    name is another topic's now). Otherwise, or while the catalogue cannot say, the retriable
+    NOT_LEADER_OR_FOLLOWER stands (the retry reads the new topic)."""
     if not stale:
         return
     infos, error = await _topics(ctx, sorted(stale), False)
     if error == Err.LEADER_NOT_AVAILABLE:  # the catalogue's shard is down
         return
-    by_id = ctx.api_version >= 13
+    asked_ids = {name: str(topic_id) for _, name, topic_id, _ in resolved}
     for (name, _p), a in answers.items():
-        if name in stale and _refused_as_stale(a):
+        if _refused_as_stale(a):
             info = infos.get(name)
             if info is None:
-                a["error_code"] = Err.UNKNOWN_TOPIC_ID if by_id else Err.UNKNOWN_TOPIC_OR_PARTITION
-            elif by_id and info.get("topic_id") != str(asked_ids.get(name)):
+                a["error_code"] = Err.UNKNOWN_TOPIC_OR_PARTITION if a.get("waited") else missing
+            elif missing == Err.UNKNOWN_TOPIC_ID and info.get("topic_id") != asked_ids.get(name):
                 a["error_code"] = Err.UNKNOWN_TOPIC_ID
 
 
@@ -427,9 +428,9 @@ async def _fetch(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     extra = {"max_wait_ms": 0 if refused or unknown else req.get("max_wait", 0), "min_bytes": req.get("min_bytes", 1),
              "max_bytes": req.get("max_bytes", 2**31 - 1), "isolation_level": req.get("isolation_level", 0)}
     answers = await _parked_fetch(ctx, parts, extra) if parts else {}
-    await _answer_deleted(ctx, answers, _forget_stale(ctx, answers), {name: i for _, name, i, _ in resolved})
-    answers.update(refused)
     missing = Err.UNKNOWN_TOPIC_ID if ctx.api_version >= 13 else Err.UNKNOWN_TOPIC_OR_PARTITION
+    await _answer_deleted(ctx, answers, _forget_stale(ctx, answers), resolved, missing)
+    answers.update(refused)
     responses = []
     for t, name, topic_id, _ in resolved:
         prs = []

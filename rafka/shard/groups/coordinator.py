@@ -39,7 +39,8 @@ class GroupCoordinator(AdminMixin):
     """Classic group coordinator: handlers, ``replay``, ``on_loaded`` and ``group_stats``."""
 
     def replay(self, record: Record) -> None:
-        """Apply one OFFSET_COMMIT or GROUP_METADATA record (live path and recovery alike)."""
+        """Apply one OFFSET_COMMIT or GROUP_METADATA record (the live path; recovery too, but
+        for commits, which it gives ``replay_offset_commit`` directly)."""
         if record.type == _OFFSET_COMMIT:
             self.replay_offset_commit(record.key, record.value)
         elif record.type == RecordType.GROUP_METADATA:
