@@ -235,8 +235,7 @@ class DataPlane:
     # -- long-poll fetch ----------------------------------------------------
     def fetch(self, org_id: str, op: dict[str, Any], now_ms: int, respond: Respond) -> list[Record]:
         resp = self.logs.fetch(org_id, op)
-        errors = any(p.get("error_code") for p in resp["partitions"])
-        if _size(resp) >= op.get("min_bytes", 1) or errors or op.get("max_wait_ms", 0) <= 0 or not op.get("fetch_id"):
+        if _size(resp) >= op.get("min_bytes", 1) or _error(resp) or op.get("max_wait_ms", 0) <= 0 or not op.get("fetch_id"):
             respond(plain(resp))
             return []
         parked = ParkedFetch(op["fetch_id"], org_id, op, respond,
@@ -274,7 +273,7 @@ class DataPlane:
         if parked is None:
             return
         resp = self.logs.fetch(parked.org_id, parked.op)
-        if _size(resp) >= max(parked.op.get("min_bytes", 1), 1) or any(p.get("error_code") for p in resp["partitions"]):
+        if _size(resp) >= max(parked.op.get("min_bytes", 1), 1) or _error(resp):
             self._finish(fetch_id, resp)
 
     def _finish(self, fetch_id: str, resp: dict[str, Any] | None = None) -> list[Record]:
@@ -314,3 +313,8 @@ def _in_thread(fn: Callable[[Any], Any], arg: Any) -> Future[Any]:
 def _size(resp: dict[str, Any]) -> int:
     """Bytes of records in a fetch answer (what min_bytes counts)."""
     return sum(len(p.get("records") or b"") for p in resp["partitions"])
+
+
+def _error(resp: dict[str, Any]) -> bool:
+    """Whether a partition of a fetch answer has an error (which answers the fetch at once)."""
+    return any(p.get("error_code") for p in resp["partitions"])

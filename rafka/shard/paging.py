@@ -128,8 +128,8 @@ def _swap(plog: PartitionLog, haystack: mmap.mmap, view: memoryview, first: int,
             del held[i]  # arrays before held, the mapping's index found once per segment
             pos = at + n
             paged += n
-        if m >= 0:  # a dict keeps the room of the entries it lost: the few left move to a new one
-            batches.held = dict(held)
+        if m >= 0:
+            batches.repack()
         if misses >= MAX_MISSES:
             break
     # batches missed after the last one found may not be written yet: an active segment's next page-out

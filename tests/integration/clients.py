@@ -238,6 +238,20 @@ def read_kcat(bootstrap: str, topic: str) -> list[Row]:
     return rows
 
 
+def fetch_partition(partition: int, fetch_offset: int = 0, **fields: Any) -> dict[str, Any]:
+    """One partition of a Fetch request (``fetch_request``): 1 MiB at most, no leader epoch."""
+    return {"partition": partition, "fetch_offset": fetch_offset, "partition_max_bytes": 1 << 20,
+            "current_leader_epoch": -1, "log_start_offset": -1, **fields}
+
+
+def fetch_request(topics: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    """A Fetch request body for RawClient: no wait, 1 byte at least and 1 MiB at most, read
+    uncommitted, no fetch session; ``fields`` override."""
+    return {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "topics": topics, "forgotten_topics_data": [], "rack_id": "",
+            **fields}
+
+
 def fetch_of_one_partition(c: Any, topic: str, version: int, max_wait: int = 0) -> dict[str, Any]:
     """A Fetch of partition 0 of ``topic`` from offset 0 over RawClient ``c``: by name below
     version 13, by the topic's id (from Metadata) from 13. Sent, not awaited:
@@ -248,11 +262,7 @@ def fetch_of_one_partition(c: Any, topic: str, version: int, max_wait: int = 0) 
         named: dict[str, Any] = {"topic_id": md["topics"][0]["topic_id"]}
     else:
         named = {"topic": topic}
-    part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
-            "log_start_offset": -1, "last_fetched_epoch": -1}
-    req = {"replica_id": -1, "max_wait": max_wait, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-           "session_id": 0, "session_epoch": -1, "topics": [{**named, "partitions": [part]}],
-           "forgotten_topics_data": [], "rack_id": ""}
+    req = fetch_request([{**named, "partitions": [fetch_partition(0)]}], max_wait=max_wait)
     c.send_raw(c.encode(1, version, req))
     return req
 

@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.integration.clients import create_topic
+from tests.integration.clients import create_topic, fetch_partition, fetch_request
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.rawclient import RawClient
@@ -132,13 +132,8 @@ def test_list_offsets_and_fetch_refuse_partitions_as_kafka(rafka: Rafka) -> None
         single = raw.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
             {"name": topic, "partitions": [{"partition_index": 0, **latest}]}]})
         assert single["topics"][0]["partitions"][0]["offset"] == 3
-        fetch = {"fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
-                 "log_start_offset": -1}
-        fetched = raw.request(1, 11, {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-                                      "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
-                                          {"topic": topic, "partitions": [{"partition": 0, **fetch},
-                                                                          {"partition": 5, **fetch}]}],
-                                      "forgotten_topics_data": [], "rack_id": ""})
+        fetched = raw.request(1, 11, fetch_request([{"topic": topic, "partitions": [fetch_partition(0), fetch_partition(5)]}],
+                                                   min_bytes=0))
     parts = fetched["responses"][0]["partitions"]
     assert [(q["partition_index"], q["error_code"]) for q in parts] == [(0, 0), (5, 3)]
     assert parts[0]["records"], "the real partition's records come back beside the refusal"

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from rafka import ids
-from tests.integration.clients import create_topic, wait_for
+from tests.integration.clients import create_topic, fetch_partition, fetch_request, wait_for
 from tests.integration.clients import unique_name as _name
 from tests.integration.conftest import Rafka
 from tests.rawclient import RawClient
@@ -42,11 +42,7 @@ def _two_shards_topic(rafka: Rafka, batches: int) -> tuple[str, int, int]:
 
 
 def _fetch(rafka: Rafka, topic: str, offsets: dict[int, int], **limits: Any) -> tuple[dict[int, Any], float]:
-    parts = [{"partition": p, "fetch_offset": o, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
-              "log_start_offset": -1} for p, o in offsets.items()]
-    req = {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-           "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": parts}],
-           "forgotten_topics_data": [], "rack_id": "", **limits}
+    req = fetch_request([{"topic": topic, "partitions": [fetch_partition(p, o) for p, o in offsets.items()]}], **limits)
     with RawClient("127.0.0.1", rafka.port) as raw:
         start = time.monotonic()
         resp = raw.request(1, 11, req)
@@ -100,8 +96,7 @@ def test_an_error_on_one_shard_ends_the_long_poll(rafka: Rafka) -> None:
 
 
 def test_a_fetch_of_nothing_is_answered_at_once(rafka: Rafka) -> None:
-    req = {"replica_id": -1, "max_wait": 4000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-           "session_id": 0, "session_epoch": -1, "topics": [], "forgotten_topics_data": [], "rack_id": ""}
+    req = fetch_request([], max_wait=4000)
     with RawClient("127.0.0.1", rafka.port) as raw:
         start = time.monotonic()
         resp = raw.request(1, 11, req)
@@ -148,11 +143,8 @@ def test_a_partition_error_of_the_request_itself_ends_the_long_poll(rafka: Rafka
     topic, a, _ = _two_shards_topic(rafka, 1)
     got, took = _fetch(rafka, topic, {a: 1, 99: 0}, max_wait=3000)
     assert got[99]["error_code"] == 3 and took < 1.0, f"an unknown partition waited {took:.1f}s"
-    parts = [{"partition": a, "fetch_offset": 1, "partition_max_bytes": 1 << 20, "current_leader_epoch": 7,
-              "log_start_offset": -1}]
-    req = {"replica_id": -1, "max_wait": 3000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-           "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": parts}],
-           "forgotten_topics_data": [], "rack_id": ""}
+    req = fetch_request([{"topic": topic, "partitions": [fetch_partition(a, 1, current_leader_epoch=7)]}],
+                        max_wait=3000)
     with RawClient("127.0.0.1", rafka.port) as raw:
         start = time.monotonic()
         resp = raw.request(1, 11, req)
@@ -180,11 +172,7 @@ def test_pipelined_fetches_are_served_one_at_a_time(fresh_rafka: Rafka) -> None:
     for _ in range(1000):
         producer.produce(topic, os.urandom(1000), partition=0)
     assert producer.flush(15) == 0
-    parts = [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
-              "log_start_offset": -1}]
-    req = {"replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-           "session_id": 0, "session_epoch": -1, "topics": [{"topic": topic, "partitions": parts}],
-           "forgotten_topics_data": [], "rack_id": ""}
+    req = fetch_request([{"topic": topic, "partitions": [fetch_partition(0)]}])
     children = fresh_rafka.children()
     pids = [children["rafka-gateway"], children["rafka-shard-0"], children["rafka-shard-1"]]
     with RawClient("127.0.0.1", fresh_rafka.port, timeout=30) as raw:

@@ -41,6 +41,11 @@ class Batches:
         self.which[i], self.starts[i], self.sizes[i] = self.map_index(mapping), start, len(self.held[i])
         del self.held[i]
 
+    def repack(self) -> None:
+        """Move ``held`` to a new dict: a dict keeps the room of the entries it lost, so after
+        page-outs the few batches left would cost what all of them did."""
+        self.held = dict(self.held)
+
     def same_place(self, j: int, other: Batches, i: int) -> None:
         """Read batch ``j`` from where ``other`` reads its batch ``i`` (the same bytes), if that is paged."""
         if i not in other.held:

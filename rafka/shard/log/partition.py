@@ -475,6 +475,6 @@ def _trimmed(seg: Segment, upto: int) -> Segment:
         if base >= upto:
             _add(out, seg.batches[i])
             out.batches.same_place(len(out.batches) - 1, seg.batches, i)  # a paged batch stays paged
-    out.batches.held = dict(out.batches.held)  # without the room of the entries paged again
+    out.batches.repack()  # batches paged again left ``held``
     out.next_offset = max(out.next_offset, seg.next_offset)
     return out
