@@ -24,6 +24,8 @@ log = logging.getLogger("rafka.shard")
 
 Respond = Callable[[Any], None]
 Handler = Callable[[str, Any, int, Respond], list[Record]]
+# (records, i, stop, skipped) -> the index of the first record from ``i`` it did not replay
+RunReplayer = Callable[[list[Any], int, int, Callable[[Any], None]], int]
 
 
 class Wal(Protocol):
@@ -67,10 +69,10 @@ class ShardState:
             RecordType.OFFSET_COMMIT: groups.replay,
             RecordType.GROUP_METADATA: groups.replay,
         }
-        # what ``replay`` does with a record of these types, given its key and value: recovery
-        # replays millions of commits from the decoded tuples, without a Record for each
-        self._field_replayers: dict[int, Callable[[Any, Any], None]] = {
-            RecordType.OFFSET_COMMIT: groups.replay_offset_commit,
+        # what ``replay`` does with a run of records of these types, given the decoded tuples:
+        # recovery replays millions of commits, without a Record for each
+        self._run_replayers: dict[int, RunReplayer] = {
+            RecordType.OFFSET_COMMIT: groups.replay_offset_commits,
         }
         # KIP-848 consumer groups live next to the classic ones (rafka.shard.groups.consumer)
         self.consumer_groups: Any = getattr(groups, "consumer", None)
@@ -93,7 +95,7 @@ class ShardState:
 
     def register_replay(self, rtype: RecordType, replay: Callable[[Record], None]) -> None:
         self._replayers[rtype] = replay
-        self._field_replayers.pop(rtype, None)  # recovery replays through the same one
+        self._run_replayers.pop(rtype, None)  # recovery replays through the same one
 
     def dispatch(self, op: int, org_id: str, payload: Any, now_ms: int, respond: Respond, trace: str | None) -> None:
         handler = self.handlers.get(op)
@@ -129,28 +131,35 @@ class ShardState:
         return self.wal.commit() if self.wal is not None else None
 
     def recover(self) -> Iterator[int]:
-        """Replay the write-ahead log through the replayers ``replay`` uses (a commit's key and value
-        straight to its field replayer, from the decoded tuple); yields progress every 10,000 records."""
+        """Replay the write-ahead log through the replayers ``replay`` uses (runs of commits through
+        their run replayer, from the decoded tuples); yields progress every 10,000 records or so."""
         if self.wal is None:
             return
         n = 0
-        replayers, by_fields, new = self._replayers, self._field_replayers.get, tuple.__new__
+        replayers, by_runs, new = self._replayers, self._run_replayers.get, tuple.__new__
         for segment in self.wal.recover(raw=True):  # (type, key, value) tuples, or Records
-            for start in range(0, len(segment), 10_000):
-                chunk = segment[start : start + 10_000]
-                for record in chunk:
+            i, end = 0, len(segment)
+            while i < end:
+                stop = min(i + 10_000, end)
+                while i < stop:
+                    record = segment[i]
                     try:
-                        replay = by_fields(record[0])
-                        if replay is not None:
-                            replay(record[1], record[2])
-                        else:
-                            replayers[record[0]](record if type(record) is Record else new(Record, record))
+                        run = by_runs(record[0])
+                        if run is not None:
+                            i = run(segment, i, stop, _skipped)
+                            continue
+                        replayers[record[0]](record if type(record) is Record else new(Record, record))
                     except Exception:
-                        log.exception("recovery: record %.300r could not be replayed; skipped", record)
-                n += len(chunk)
-                yield n
+                        _skipped(record)
+                    i += 1
+                yield n + i
+            n += end
         yield n
 
     def close(self) -> None:
         if self.wal is not None:
             self.wal.close()
+
+
+def _skipped(record: Any) -> None:
+    log.exception("recovery: record %.300r could not be replayed; skipped", record)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -353,3 +354,68 @@ def test_recovery_replays_commits_through_a_replayer_registered_in_place_of_the_
             list(state.recover())
         state.close()
     assert seen == [record, record]
+
+
+_commit_histories = st.lists(st.one_of(
+    # a run of consecutive partitions of one group's topic, as a compacted WAL writes them
+    st.tuples(st.just("run"), st.sampled_from("gh"), st.sampled_from("tu"), st.integers(0, 70), st.integers(1, 40)),
+    st.tuples(st.just("tombstone"), st.sampled_from("gh"), st.sampled_from("tu"), st.integers(0, 110)),
+    st.tuples(st.just("own retention"), st.sampled_from("gh"), st.sampled_from("tu"), st.integers(0, 110)),
+    st.tuples(st.just("group tombstone"), st.sampled_from("gh")),
+    st.tuples(st.just("malformed key"), st.sampled_from([("o", "g"), ("o", "g", "t"), ("o", "g", "t", 1, 2)])),
+    st.tuples(st.just("malformed value"), st.sampled_from("tu"), st.integers(0, 110), st.sampled_from([7, "x", (1, 2, 3)])),
+), max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=_commit_histories)
+def test_recovery_of_any_commit_history_equals_replaying_it_one_record_at_a_time(tmp_path: Path, history: Any) -> None:
+    """Recovery stores runs of consecutive partitions at once; whatever surrounds or breaks a run
+    (tombstones, offsets with their own retention, a group deleted, records that cannot be replayed,
+    the 10,000-record progress steps) it ends with the state the live path's ``replay`` builds."""
+    records: list[Record] = []
+    ts = 1_764_000_000_000
+    for step in history:
+        kind = step[0]
+        if kind == "run":
+            _, group, topic, first, count = step
+            records += [Record(RecordType.OFFSET_COMMIT, ("o", group, topic, p), pack_entry(p * 10 + len(records), -1, "", ts))
+                        for p in range(first, first + count)]
+        elif kind == "tombstone":
+            records.append(Record(RecordType.OFFSET_COMMIT, ("o", step[1], step[2], step[3]), None))
+        elif kind == "own retention":
+            records.append(Record(RecordType.OFFSET_COMMIT, ("o", step[1], step[2], step[3]),
+                                  (pack_entry(len(records), 0, "m", ts), ts + 60_000)))
+        elif kind == "group tombstone":
+            records.append(Record(RecordType.GROUP_METADATA, ("o", step[1]), None))
+        elif kind == "malformed key":
+            records.append(Record(RecordType.OFFSET_COMMIT, step[1], pack_entry(1, -1, "", ts)))
+        else:
+            records.append(Record(RecordType.OFFSET_COMMIT, ("o", "g", step[1], step[2]), step[3]))
+    assert_recovery_equals_replay(records, tmp_path / str(len(list(tmp_path.iterdir()))))
+
+
+def test_a_run_of_commits_longer_than_a_progress_step_is_recovered_whole(tmp_path: Path) -> None:
+    """A topic's 25,000 partitions in order, with a record that cannot be replayed amid them."""
+    ts = 1_764_000_000_000
+    records = [Record(RecordType.OFFSET_COMMIT, ("o", "g", "t", p), pack_entry(p, -1, "", ts)) for p in range(25_000)]
+    records[12_345] = Record(RecordType.OFFSET_COMMIT, ("o", "g", "t", 12_345), 7)
+    assert_recovery_equals_replay(records, tmp_path)
+
+
+def assert_recovery_equals_replay(records: list[Record], data_dir: Path) -> None:
+    """``records`` recovered from a real WAL give the state their replay on the live path gives
+    (where that raises, recovery skips the record)."""
+    live = GroupsTestContext()
+    for record in records:
+        with contextlib.suppress(Exception):  # recovery skips it with a log line
+            live.coord.replay(roundtrip(record))
+    wal = Wal(data_dir, {0}, 1, fsync="never")
+    wal.append(records)
+    wal.close()
+    fresh = GroupsTestContext()
+    state = ShardState(0, fresh.coord, wal=Wal(data_dir, {0}, 1, fsync="never"))
+    assert list(state.recover())[-1] == len(records)
+    state.close()
+    assert durable_view(fresh.coord) == durable_view(live.coord)
+    assert fresh.coord.offsets.count == live.coord.offsets.count

@@ -24,6 +24,7 @@ Recovery = replay the WAL onto a fresh coordinator, then ``on_loaded(now_ms)``
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rafka.shard.groups.admin import AdminMixin
@@ -40,7 +41,7 @@ class GroupCoordinator(AdminMixin):
 
     def replay(self, record: Record) -> None:
         """Apply one OFFSET_COMMIT or GROUP_METADATA record (the live path; recovery too, but
-        for commits, which it gives ``replay_offset_commit`` directly)."""
+        for commits, which go through ``replay_offset_commits``)."""
         if record.type == _OFFSET_COMMIT:
             self.replay_offset_commit(record.key, record.value)
         elif record.type == RecordType.GROUP_METADATA:
@@ -57,8 +58,8 @@ class GroupCoordinator(AdminMixin):
                 group.durable = record.value  # the live group is already ahead of its image
 
     def replay_offset_commit(self, key: tuple[str, str, str, int], value: Any) -> None:
-        """Apply one OFFSET_COMMIT record's key and value: ``replay`` of the live path, and recovery's
-        of each decoded record (millions: it gets no ``Record``)."""
+        """Apply one OFFSET_COMMIT record's key and value: ``replay`` of the live path, and
+        ``replay_offset_commits`` of recovery's decoded records (millions: they get no ``Record``)."""
         org_id, group_id, topic, partition = key
         if value is None:
             self.offsets.delete(org_id, group_id, topic, partition)
@@ -74,6 +75,42 @@ class GroupCoordinator(AdminMixin):
         if group_key not in self.groups:
             self.ensure_group(org_id, group_id, entry_commit_ts(value))
         self.offsets.put(group_key, topic, partition, value, expire_ts)
+
+    def replay_offset_commits(self, records: Sequence[Any], i: int, stop: int,
+                              skipped: Callable[[Any], None]) -> int:
+        """Recovery's replay of the decoded OFFSET_COMMIT records from ``records[i]`` up to one of
+        another type or ``stop``; returns its index. Each goes through ``replay_offset_commit`` (one
+        that cannot is handed to ``skipped``), but the records that follow one committing the next
+        partitions of the same group's topic in order (how a compacted WAL writes a topic) are
+        gathered and stored as one run: recovery replays millions."""
+        while i < stop:
+            record = records[i]
+            i += 1
+            try:
+                if record[0] != _OFFSET_COMMIT:
+                    return i - 1
+                key, value = record[1], record[2]
+                self.replay_offset_commit(key, value)
+            except Exception:
+                skipped(record)
+                continue
+            if type(value) is not bytes:
+                continue
+            org_id, group_id, topic, partition = key
+            run: list[bytes] = []
+            add = run.append
+            try:
+                for rtype, rkey, rvalue in map(records.__getitem__, range(i, stop)):  # (islice walks from 0)
+                    partition += 1
+                    if rtype != _OFFSET_COMMIT or rkey != (org_id, group_id, topic, partition) or type(rvalue) is not bytes:
+                        break
+                    add(rvalue)
+            except Exception:  # noqa: S110 - only reads: the run ends, and the loop above skips that record
+                pass
+            if run:
+                self.offsets.put_run((org_id, group_id), topic, key[3] + 1, run)
+                i += len(run)
+        return i
 
     def ensure_group(self, org_id: str, group_id: str, now_ms: int) -> None:
         """Offsets never exist without a group: an offset (committed or pending in a transaction)

@@ -95,6 +95,18 @@ class OffsetStore:
             self.count += 1
         parts[partition] = raw
 
+    def put_run(self, group_key: tuple[str, str], topic: str, first: int, raws: list[bytes]) -> None:
+        """Store the entries of partitions ``first``, ``first + 1``, ... of one topic of a group that
+        has a stored offset already (recovery's runs): onto the end of its dense list in one step
+        when they extend it, else one ``put`` each."""
+        parts = self._groups[group_key].get(topic)
+        if type(parts) is list and first == len(parts) and not self.expiring:
+            parts.extend(raws)
+            self.count += len(raws)
+            return
+        for partition, raw in enumerate(raws, first):
+            self.put(group_key, topic, partition, raw)
+
     def set_expiry(self, group_key: tuple[str, str], topic: str, partition: int, expire_ts: int | None) -> None:
         """Give one stored offset its own expiry time, or (None) take it away."""
         if expire_ts is not None:
