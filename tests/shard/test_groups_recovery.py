@@ -6,7 +6,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rafka.shard.groups import Errors, GroupConfig, GroupCoordinator
@@ -369,6 +369,7 @@ _commit_histories = st.lists(st.one_of(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=_commit_histories)
+@example(history=[("run", "g", "t", 0, 10), ("tombstone", "g", "t", 5), ("run", "g", "t", 3, 10)])
 def test_recovery_of_any_commit_history_equals_replaying_it_one_record_at_a_time(tmp_path: Path, history: Any) -> None:
     """Recovery stores runs of consecutive partitions at once; whatever surrounds or breaks a run
     (tombstones, offsets with their own retention, a group deleted, records that cannot be replayed,

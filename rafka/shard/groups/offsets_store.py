@@ -97,12 +97,14 @@ class OffsetStore:
 
     def put_run(self, group_key: tuple[str, str], topic: str, first: int, raws: list[bytes]) -> None:
         """Store the entries of partitions ``first``, ``first + 1``, ... of one topic of a group that
-        has a stored offset already (recovery's runs): onto the end of its dense list in one step
-        when they extend it, else one ``put`` each."""
+        has a stored offset already (recovery's runs): into its dense list in one step when they
+        overwrite or extend it, else one ``put`` each."""
         parts = self._groups[group_key].get(topic)
-        if type(parts) is list and first == len(parts) and not self.expiring:
-            parts.extend(raws)
-            self.count += len(raws)
+        if type(parts) is list and 0 <= first <= len(parts) and not self.expiring:
+            end = first + len(raws)
+            replaced = parts[first:end]
+            self.count += len(raws) - len(replaced) + replaced.count(None)
+            parts[first:end] = raws
             return
         for partition, raw in enumerate(raws, first):
             self.put(group_key, topic, partition, raw)
