@@ -335,6 +335,10 @@ class KafkaConnection(asyncio.Protocol):
         self._runs.clear()
         self._in_runs = 0
         self._wake_writers()
+        # the transport and the ordering's callback refer back to this connection: dropped, it is
+        # freed as soon as its last request is, not by a pass of the cyclic GC
+        self.transport = None
+        self.ordering.resume = _closed
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -668,6 +672,10 @@ class KafkaConnection(asyncio.Protocol):
         if self.transport is not None and not self._closed:
             self._closed = True
             self.transport.close()
+
+
+def _closed() -> None:
+    """A closed connection's ordering callback: it holds nothing more to release."""
 
 
 def supported_api_keys() -> list[dict[str, int]]:
