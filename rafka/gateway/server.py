@@ -335,10 +335,9 @@ class KafkaConnection(asyncio.Protocol):
         self._runs.clear()
         self._in_runs = 0
         self._wake_writers()
-        # the transport and the ordering's callback refer back to this connection: dropped, it is
-        # freed as soon as its last request is, not by a pass of the cyclic GC
-        self.transport = None
-        self.ordering.resume = _closed
+        # the ordering's callback refers back to this connection: dropped, the connection is freed
+        # as soon as its last request is, not by a pass of the cyclic GC
+        self.ordering.resume = _nothing_held
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -674,7 +673,7 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.close()
 
 
-def _closed() -> None:
+def _nothing_held() -> None:
     """A closed connection's ordering callback: it holds nothing more to release."""
 
 

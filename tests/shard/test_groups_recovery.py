@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -420,3 +422,13 @@ def assert_recovery_equals_replay(records: list[Record], data_dir: Path) -> None
     state.close()
     assert durable_view(fresh.coord) == durable_view(live.coord)
     assert fresh.coord.offsets.count == live.coord.offsets.count
+
+
+def test_a_commit_whose_partition_is_not_an_int_starts_no_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A float partition (never written by rafka) is replayed as the live path replays it, and
+    the commits after it too: nothing fails, nothing is skipped or replayed twice."""
+    ts = 1_764_000_000_000
+    records = [Record(RecordType.OFFSET_COMMIT, ("o", "g", "t", 0.0), pack_entry(1, -1, "", ts)),
+               *(Record(RecordType.OFFSET_COMMIT, ("o", "g", "t", p), pack_entry(p, -1, "", ts)) for p in range(1, 50))]
+    assert_recovery_equals_replay(records, tmp_path)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

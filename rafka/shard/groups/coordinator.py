@@ -94,7 +94,7 @@ class GroupCoordinator(AdminMixin):
             except Exception:
                 skipped(record)
                 continue
-            if type(value) is not bytes:
+            if type(value) is not bytes or type(key[3]) is not int:
                 continue
             org_id, group_id, topic, partition = key
             run: list[bytes] = []
@@ -105,7 +105,7 @@ class GroupCoordinator(AdminMixin):
                     if rtype != _OFFSET_COMMIT or rkey != (org_id, group_id, topic, partition) or type(rvalue) is not bytes:
                         break
                     add(rvalue)
-            except Exception:  # noqa: S110 - only reads: the run ends, and the loop above skips that record
+            except Exception:  # noqa: S110 - only reads: the run ends there, and the loop above takes that record
                 pass
             if run:
                 self.offsets.put_run((org_id, group_id), topic, key[3] + 1, run)

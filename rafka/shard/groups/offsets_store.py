@@ -98,9 +98,10 @@ class OffsetStore:
     def put_run(self, group_key: tuple[str, str], topic: str, first: int, raws: list[bytes]) -> None:
         """Store the entries of partitions ``first``, ``first + 1``, ... of one topic of a group that
         has a stored offset already (recovery's runs): into its dense list in one step when they
-        overwrite or extend it, else one ``put`` each."""
+        overwrite or extend it and the group has no offset with its own expiry (which these would
+        end), else one ``put`` each."""
         parts = self._groups[group_key].get(topic)
-        if type(parts) is list and 0 <= first <= len(parts) and not self.expiring:
+        if type(parts) is list and 0 <= first <= len(parts) and group_key not in self.expiring:
             end = first + len(raws)
             replaced = parts[first:end]
             self.count += len(raws) - len(replaced) + replaced.count(None)
