@@ -132,7 +132,7 @@ class ShardState:
 
     def recover(self) -> Iterator[int]:
         """Replay the write-ahead log through the replayers ``replay`` uses (runs of commits through
-        their run replayer, from the decoded tuples); yields progress every 10,000 records or so."""
+        their run replayer, from the decoded tuples); yields progress every 10,000 records."""
         if self.wal is None:
             return
         n = 0
