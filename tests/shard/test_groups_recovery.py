@@ -20,6 +20,7 @@ from rafka.shard.wal import Wal
 from tests.shard.test_groups_context import FakeTimer, GroupsTestContext, Response, committed, roundtrip
 
 DURABLE_STATES = ("Stable", "Empty")
+TS = 1_764_000_000_000  # commit time of the records the WAL tests write
 
 
 def durable_view(coord: _GC) -> tuple[dict[Any, Any], dict[Any, Any]]:
@@ -329,13 +330,7 @@ def test_a_shards_recovery_from_its_wal_rebuilds_what_replay_built(tmp_path: Pat
     ctx.commit("simple", {"t": {0: 5, 1: 6}}, version=2, retention_time=3_600_000)
     ctx.commit("simple", {"t": {1: 7}}, version=2)
     ctx.call("offset_delete", {"group_id": "simple", "topics": [{"name": "t", "partitions": [{"partition_index": 0}]}]})
-    wal = Wal(tmp_path, set(range(4)), 4, fsync="never")
-    wal.append(ctx.log)
-    wal.close()
-    fresh = GroupsTestContext()
-    fresh.now = ctx.now
-    state = ShardState(0, fresh.coord, wal=Wal(tmp_path, set(range(4)), 4, fsync="never"))
-    assert list(state.recover())[-1] == len(ctx.log)
+    fresh = recovered_from_wal(ctx.log, tmp_path)
     fresh.coord.on_loaded(ctx.now)
     assert durable_view(fresh.coord) == durable_view(ctx.coord)
     assert fresh.coord.offsets.get(ctx.org, "simple", "t", 0) is None
@@ -377,32 +372,28 @@ def test_recovery_of_any_commit_history_equals_replaying_it_one_record_at_a_time
     (tombstones, offsets with their own retention, a group deleted, records that cannot be replayed,
     the 10,000-record progress steps) it ends with the state the live path's ``replay`` builds."""
     records: list[Record] = []
-    ts = 1_764_000_000_000
     for step in history:
         kind = step[0]
         if kind == "run":
             _, group, topic, first, count = step
-            records += [Record(RecordType.OFFSET_COMMIT, ("o", group, topic, p), pack_entry(p * 10 + len(records), -1, "", ts))
-                        for p in range(first, first + count)]
+            records += [_commit(group, topic, p, _entry(p * 10 + len(records))) for p in range(first, first + count)]
         elif kind == "tombstone":
-            records.append(Record(RecordType.OFFSET_COMMIT, ("o", step[1], step[2], step[3]), None))
+            records.append(_commit(step[1], step[2], step[3], None))
         elif kind == "own retention":
-            records.append(Record(RecordType.OFFSET_COMMIT, ("o", step[1], step[2], step[3]),
-                                  (pack_entry(len(records), 0, "m", ts), ts + 60_000)))
+            records.append(_commit(step[1], step[2], step[3], (_entry(len(records), 0, "m"), TS + 60_000)))
         elif kind == "group tombstone":
             records.append(Record(RecordType.GROUP_METADATA, ("o", step[1]), None))
         elif kind == "malformed key":
-            records.append(Record(RecordType.OFFSET_COMMIT, step[1], pack_entry(1, -1, "", ts)))
+            records.append(Record(RecordType.OFFSET_COMMIT, step[1], _entry(1)))
         else:
-            records.append(Record(RecordType.OFFSET_COMMIT, ("o", "g", step[1], step[2]), step[3]))
+            records.append(_commit("g", step[1], step[2], step[3]))
     assert_recovery_equals_replay(records, tmp_path / str(len(list(tmp_path.iterdir()))))
 
 
 def test_a_run_of_commits_longer_than_a_progress_step_is_recovered_whole(tmp_path: Path) -> None:
     """A topic's 25,000 partitions in order, with a record that cannot be replayed amid them."""
-    ts = 1_764_000_000_000
-    records = [Record(RecordType.OFFSET_COMMIT, ("o", "g", "t", p), pack_entry(p, -1, "", ts)) for p in range(25_000)]
-    records[12_345] = Record(RecordType.OFFSET_COMMIT, ("o", "g", "t", 12_345), 7)
+    records = [_commit("g", "t", p, _entry(p)) for p in range(25_000)]
+    records[12_345] = _commit("g", "t", 12_345, 7)
     assert_recovery_equals_replay(records, tmp_path)
 
 
@@ -413,13 +404,7 @@ def assert_recovery_equals_replay(records: list[Record], data_dir: Path) -> None
     for record in records:
         with contextlib.suppress(Exception):  # recovery skips it with a log line
             live.coord.replay(roundtrip(record))
-    wal = Wal(data_dir, {0}, 1, fsync="never")
-    wal.append(records)
-    wal.close()
-    fresh = GroupsTestContext()
-    state = ShardState(0, fresh.coord, wal=Wal(data_dir, {0}, 1, fsync="never"))
-    assert list(state.recover())[-1] == len(records)
-    state.close()
+    fresh = recovered_from_wal(records, data_dir)
     assert durable_view(fresh.coord) == durable_view(live.coord)
     assert fresh.coord.offsets.count == live.coord.offsets.count
 
@@ -427,8 +412,27 @@ def assert_recovery_equals_replay(records: list[Record], data_dir: Path) -> None
 def test_a_commit_whose_partition_is_not_an_int_starts_no_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A float partition (never written by rafka) is replayed as the live path replays it, and
     the commits after it too: nothing fails, nothing is skipped or replayed twice."""
-    ts = 1_764_000_000_000
-    records = [Record(RecordType.OFFSET_COMMIT, ("o", "g", "t", 0.0), pack_entry(1, -1, "", ts)),
-               *(Record(RecordType.OFFSET_COMMIT, ("o", "g", "t", p), pack_entry(p, -1, "", ts)) for p in range(1, 50))]
+    records = [_commit("g", "t", 0.0, _entry(1)), *(_commit("g", "t", p, _entry(p)) for p in range(1, 50))]
     assert_recovery_equals_replay(records, tmp_path)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def recovered_from_wal(records: list[Record], data_dir: Path) -> GroupsTestContext:
+    """A fresh coordinator that recovered ``records`` from a real WAL through ``ShardState.recover``
+    (whose progress counts every record)."""
+    wal = Wal(data_dir, {0}, 1, fsync="never")
+    wal.append(records)
+    wal.close()
+    fresh = GroupsTestContext()
+    state = ShardState(0, fresh.coord, wal=Wal(data_dir, {0}, 1, fsync="never"))
+    assert list(state.recover())[-1] == len(records)
+    state.close()
+    return fresh
+
+
+def _commit(group: str, topic: Any, partition: Any, value: Any) -> Record:
+    return Record(RecordType.OFFSET_COMMIT, ("o", group, topic, partition), value)
+
+
+def _entry(offset: int, leader_epoch: int = -1, metadata: str = "") -> bytes:
+    return pack_entry(offset, leader_epoch, metadata, TS)

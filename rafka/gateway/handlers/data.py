@@ -99,20 +99,18 @@ def _leader_epoch_error(epoch: int | None) -> int:
     return Err.UNKNOWN_LEADER_EPOCH if epoch > LEADER_EPOCH else Err.FENCED_LEADER_EPOCH
 
 
-def _forget_stale(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, Any]]) -> set[str]:
+def _forget_stale(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, Any]]) -> list[tuple[str, int]]:
     """A shard refused partitions as named by a stale cache (a deleted incarnation of the topic):
-    forget those topics, so the client's retry looks them up afresh; the topics forgotten."""
-    stale = {t for (t, _), a in answers.items() if _refused_as_stale(a)}
+    forget those topics, so the client's retry looks them up afresh; the partitions refused."""
+    stale = [key for key, a in answers.items()
+             if a.get("error_code") == Err.NOT_LEADER_OR_FOLLOWER and "unanswered" not in a]
     if stale:
-        topic_cache(ctx).invalidate(ctx.org_id, stale)
+        topic_cache(ctx).invalidate(ctx.org_id, {t for t, _ in stale})
     return stale
 
 
-def _refused_as_stale(answer: dict[str, Any]) -> bool:
-    return answer.get("error_code") == Err.NOT_LEADER_OR_FOLLOWER and "unanswered" not in answer
-
-
-async def _answer_deleted(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, Any]], stale: set[str],
+async def _answer_deleted(ctx: RequestContext, answers: dict[tuple[str, int], dict[str, Any]],
+                          stale: list[tuple[str, int]],
                           resolved: list[tuple[dict[str, Any], str | None, Any, dict[str, Any]]], missing: int) -> None:
     """A Fetch's partitions refused as stale whose topic is gone now are answered as Kafka answers
     for a topic it no longer has: a deletion that reached the shard while the fetch waited there
@@ -122,17 +120,17 @@ async def _answer_deleted(ctx: RequestContext, answers: dict[tuple[str, int], di
     NOT_LEADER_OR_FOLLOWER stands (the retry reads the new topic)."""
     if not stale:
         return
-    infos, error = await _topics(ctx, sorted(stale), False)
+    infos, error = await _topics(ctx, sorted({t for t, _ in stale}), False)
     if error == Err.LEADER_NOT_AVAILABLE:  # the catalogue's shard is down
         return
     asked_ids = {name: str(topic_id) for _, name, topic_id, _ in resolved}
-    for (name, _p), a in answers.items():
-        if _refused_as_stale(a):
-            info = infos.get(name)
-            if info is None:
-                a["error_code"] = Err.UNKNOWN_TOPIC_OR_PARTITION if a.get("waited") else missing
-            elif missing == Err.UNKNOWN_TOPIC_ID and info.get("topic_id") != asked_ids.get(name):
-                a["error_code"] = Err.UNKNOWN_TOPIC_ID
+    for name, p in stale:
+        a = answers[(name, p)]
+        info = infos.get(name)
+        if info is None:
+            a["error_code"] = Err.UNKNOWN_TOPIC_OR_PARTITION if a.get("waited") else missing
+        elif missing == Err.UNKNOWN_TOPIC_ID and info.get("topic_id") != asked_ids.get(name):
+            a["error_code"] = Err.UNKNOWN_TOPIC_ID
 
 
 def _incarnation(info: dict[str, Any]) -> dict[str, Any]:

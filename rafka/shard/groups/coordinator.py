@@ -94,9 +94,10 @@ class GroupCoordinator(AdminMixin):
             except Exception:
                 skipped(record)
                 continue
-            if type(value) is not bytes or type(key[3]) is not int:
+            org_id, group_id, topic, first = key
+            if type(value) is not bytes or type(first) is not int:
                 continue
-            org_id, group_id, topic, partition = key
+            partition = first
             run: list[bytes] = []
             add = run.append
             try:
@@ -108,7 +109,7 @@ class GroupCoordinator(AdminMixin):
             except Exception:  # noqa: S110 - only reads: the run ends there, and the loop above takes that record
                 pass
             if run:
-                self.offsets.put_run((org_id, group_id), topic, key[3] + 1, run)
+                self.offsets.put_run((org_id, group_id), topic, first + 1, run)
                 i += len(run)
         return i
 
