@@ -22,6 +22,8 @@ from rafka.shard.records import Record, RecordType
 
 log = logging.getLogger("rafka.shard")
 
+PROGRESS = 10_000  # records recovery replays between the progress it yields
+
 Respond = Callable[[Any], None]
 Handler = Callable[[str, Any, int, Respond], list[Record]]
 # (records, i, stop, skipped) -> the index of the first record from ``i`` it did not replay
@@ -135,12 +137,12 @@ class ShardState:
         their run replayer, from the decoded tuples); yields progress every 10,000 records."""
         if self.wal is None:
             return
-        n = 0
+        n, due = 0, PROGRESS
         replayers, by_runs, new = self._replayers, self._run_replayers.get, tuple.__new__
-        for segment in self.wal.recover(raw=True):  # (type, key, value) tuples, or Records
+        for segment in self.wal.recover(raw=True):  # (type, key, value) tuples a chunk at a time, or Records
             i, end = 0, len(segment)
             while i < end:
-                stop = min(i + 10_000, end)
+                stop = min(i + PROGRESS, end)
                 while i < stop:
                     record = segment[i]
                     try:
@@ -152,7 +154,9 @@ class ShardState:
                     except Exception:
                         _skipped(record)
                     i += 1
-                yield n + i
+                if n + i >= due:
+                    yield n + i
+                    due = n + i + PROGRESS
             n += end
         yield n
 

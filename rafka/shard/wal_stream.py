@@ -35,7 +35,8 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,9 @@ log = logging.getLogger("rafka.wal")
 _HEAD = struct.Struct(">II")
 _new_record = tuple.__new__
 MAX_ENTRY = 256 * 1024 * 1024  # recovery takes a longer length for a torn write
+CHUNK = 1000  # records recovery decodes at a time (``read_chunks``)
+_SMALL_ENTRY = 4096  # bytes of an entry ``read_chunks`` decodes in one call
+_unpackb = msgpack.unpackb
 
 _PACK = msgpack.Packer(use_bin_type=True).pack  # the loop's (a packer made per call costs a third of an entry)
 
@@ -61,26 +65,75 @@ def encode_entry(records: list[Record], pack: Callable[[Any], bytes] = _PACK) ->
     return _HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
-def read_entries(path: Path, raw: bool = False) -> tuple[list[Any], int, str | None, bool]:
+def read_entries(path: Path) -> tuple[list[Record], int, str | None, bool]:
     """Records of one segment, the byte length of its good prefix, why it stopped early, and
-    whether a good entry follows the bad one (damage on disk: a write is torn only at the end).
-    ``raw``: the records as the plain ``(type, key, value)`` tuples decoding gives (a ``Record``
-    made of each costs recovery ~400 ns a record, a third of its read)."""
+    whether a good entry follows the bad one (damage on disk: a write is torn only at the end)."""
     data = path.read_bytes()
-    out: list[Any] = []
+    out: list[Record] = []
     pos = 0
     while pos < len(data):
         entry, end, why = _entry_at(data, pos)
         if why is not None:
-            if data.count(0, pos) == len(data) - pos:
-                break  # zeros allocated ahead, never written: the end of the data
-            return out, pos, why, _intact_after(data, pos, end)
-        if raw:
-            out.extend(entry)
-        else:
-            out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
+            return (out, *_stopped_at(data, pos, end, why))
+        out.extend([_new_record(Record, r) for r in entry])  # tuple.__new__: no per-record arity check
         pos = end
     return out, pos, None, False
+
+
+def read_chunks(path: Path) -> Generator[list[Any], None, tuple[int, str | None, bool]]:
+    """The records of one segment as the plain ``(type, key, value)`` tuples decoding gives
+    (a ``Record`` made of each costs ~400 ns), about ``CHUNK`` at a time; returns what
+    ``read_entries`` does after the records. A chunk is decoded just before it is used, so the
+    objects it makes are still in the CPU's cache (measured: recovery of 1 M commits ran ~2x
+    faster than after decoding whole segments); an entry of more than ``CHUNK`` records is
+    decoded a chunk at a time. An entry whose checksum holds but which cannot be decoded (rafka
+    never writes one) ends the good data where it starts, as in ``read_entries``; records of a
+    large one decoded before the fault have been yielded by then."""
+    data = path.read_bytes()
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=False, max_buffer_size=MAX_ENTRY)
+    chunk: list[Any] = []
+    pos = fed = 0
+    while pos < len(data):
+        payload, end, why = _payload_at(data, pos)
+        if why is None and len(payload) < _SMALL_ENTRY:
+            try:
+                chunk.extend(_unpackb(payload, raw=False, strict_map_key=False, use_list=False))
+            except Exception:
+                why = "undecodable entry"
+        elif why is None:
+            unpacker.feed(payload)
+            fed += len(payload)
+            try:
+                left = unpacker.read_array_header()
+                while left:
+                    take = min(left, CHUNK - len(chunk))
+                    chunk.extend(islice(unpacker, take))
+                    left -= take
+                    if len(chunk) >= CHUNK:
+                        yield chunk
+                        chunk = []
+            except Exception:
+                left = -1
+            if left or unpacker.tell() != fed:  # a short array, or bytes after it
+                why = "undecodable entry"
+        if why is not None:
+            if chunk:
+                yield chunk
+            return _stopped_at(data, pos, end, why)
+        pos = end
+        if len(chunk) >= CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+    return pos, None, False
+
+
+def _stopped_at(data: bytes, pos: int, end: int, why: str) -> tuple[int, str | None, bool]:
+    """Where the good data ends at a bad entry, why, and whether an intact one follows."""
+    if data.count(0, pos) == len(data) - pos:
+        return pos, None, False  # zeros allocated ahead, never written: the end of the data
+    return pos, why, _intact_after(data, pos, end)
 
 
 _NON_ZERO = re.compile(rb"[^\x00]")
@@ -107,22 +160,31 @@ def _intact_after(data: bytes, pos: int, end: int) -> bool:
     return False
 
 
-def _entry_at(data: bytes, pos: int) -> tuple[Any, int, str | None]:
-    """The decoded entry at ``pos``, where the next one starts (``pos`` when its length is not to
-    be trusted), and what is wrong with it, if anything."""
+def _payload_at(data: bytes, pos: int) -> tuple[bytes, int, str | None]:
+    """The checksummed payload of the entry at ``pos``, where the next one starts (``pos`` when its
+    length is not to be trusted), and what is wrong with it, if anything."""
     if len(data) - pos < _HEAD.size:
-        return None, pos, "torn entry header"
+        return b"", pos, "torn entry header"
     length, crc = _HEAD.unpack_from(data, pos)
     end = pos + _HEAD.size + length
     if length > MAX_ENTRY or end > len(data):
-        return None, pos, "torn entry"
+        return b"", pos, "torn entry"
     payload = data[pos + _HEAD.size : end]
     if crc32c.crc32c(payload) != crc:
-        return None, end, "checksum mismatch"
+        return b"", end, "checksum mismatch"
+    return payload, end, None
+
+
+def _entry_at(data: bytes, pos: int) -> tuple[Any, int, str | None]:
+    """``_payload_at``, the payload decoded."""
+    payload, end, why = _payload_at(data, pos)
+    if why is not None:
+        return None, end, why
     try:
-        return msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=False), end, None
+        entry = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=False)
     except Exception:
         return None, end, "undecodable entry"
+    return (entry, end, None) if type(entry) is tuple else (None, end, "undecodable entry")
 
 
 class Stream:
@@ -169,8 +231,9 @@ class Stream:
             self.new_entries.add(d.parent)
 
     def recover(self, raw: bool = False) -> Iterator[list[Any]]:
-        """Yield the good records of each segment (``raw``: as plain tuples, see ``read_entries``; not
-        for a data stream, which reads them); truncate a torn tail; open the last segment for appends."""
+        """Yield the good records of each segment (``raw``: as plain tuples, a chunk at a time, see
+        ``read_chunks``; not for a data stream, which notes a segment's last offset); truncate a torn
+        tail; open the last segment for appends."""
         assert not (raw and self.data)
         self._make_dir()
         segs = self.segments()
@@ -179,7 +242,14 @@ class Stream:
         dropped_at: int | None = None
         good = None
         for i, seg in enumerate(segs):
-            records, good, why, damaged = read_entries(seg, raw)
+            seq = int(seg.stem)
+            if raw:
+                good, why, damaged = yield from read_chunks(seg)
+            else:
+                records, good, why, damaged = read_entries(seg)
+                if self.data and self._note(seq, records):
+                    dropped_at = seq  # a crash may have come between the drop and the unlink
+                yield records
             if why is not None and i < len(segs) - 1:
                 # a sealed segment was fsynced whole when it rolled: this is damage on disk, not a torn
                 # write, and the segments after it hold acknowledged records, so they are kept
@@ -187,10 +257,6 @@ class Stream:
                           "segments are kept", seg, why, good, seg.stat().st_size - good)
             elif why is not None:
                 self._cut_tail(seg, good, why, damaged)
-            seq = int(seg.stem)
-            if self.data and self._note(seq, records):
-                dropped_at = seq  # a crash may have come between the drop and the unlink
-            yield records
             self._replayed(seq, sealed=i < len(segs) - 1)
         if segs:
             self.seq = int(segs[-1].stem)
