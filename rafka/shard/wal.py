@@ -44,9 +44,10 @@ coordinator partition is a stream) wait for about one fsync, not one per stream
 * ``never``  — no fsync (the OS writes back); replies do not wait.
 
 Recovery reads each stream in order and hands every record to the same
-``replay`` the live path uses (meta streams first, then data streams; commits of
-the next partitions of one group's topic, as compaction writes them, are stored
-as a run: ``GroupCoordinator.replay_offset_commits``). Meta
+``replay`` the live path uses (meta streams first, decoded a chunk of records at a
+time just before they are replayed, then data streams; commits of the next
+partitions of one group's topic, as compaction writes them, are stored as a run:
+``GroupCoordinator.replay_offset_commits``). Meta
 streams roll at ``segment_bytes``; sealed segments are compacted in the
 background by key (the last value of each (type, key) survives, order kept, and
 deleted keys go altogether), so recovery time and disk are bounded by live state,
