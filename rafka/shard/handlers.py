@@ -22,8 +22,6 @@ from rafka.shard.records import Record, RecordType
 
 log = logging.getLogger("rafka.shard")
 
-PROGRESS = 10_000  # records recovery replays between the progress it yields
-
 Respond = Callable[[Any], None]
 Handler = Callable[[str, Any, int, Respond], list[Record]]
 # (records, i, stop, skipped) -> the index of the first record from ``i`` it did not replay
@@ -134,15 +132,17 @@ class ShardState:
 
     def recover(self) -> Iterator[int]:
         """Replay the write-ahead log through the replayers ``replay`` uses (runs of commits through
-        their run replayer, from the decoded tuples); yields progress every 10,000 records."""
+        their run replayer, from the decoded tuples); yields progress after each list of records the
+        WAL gives (a chunk of a meta segment, a data segment) and every 10,000 records of a long one,
+        so the loop answers pings however the records come (each small data stream is a list)."""
         if self.wal is None:
             return
-        n, due = 0, PROGRESS
+        n = 0
         replayers, by_runs, new = self._replayers, self._run_replayers.get, tuple.__new__
         for segment in self.wal.recover(raw=True):  # (type, key, value) tuples a chunk at a time, or Records
             i, end = 0, len(segment)
             while i < end:
-                stop = min(i + PROGRESS, end)
+                stop = min(i + 10_000, end)
                 while i < stop:
                     record = segment[i]
                     try:
@@ -154,9 +154,7 @@ class ShardState:
                     except Exception:
                         _skipped(record)
                     i += 1
-                if n + i >= due:
-                    yield n + i
-                    due = n + i + PROGRESS
+                yield n + i
             n += end
         yield n
 

@@ -97,8 +97,12 @@ def read_chunks(path: Path) -> Generator[list[Any], None, tuple[int, str | None,
         payload, end, why = _payload_at(data, pos)
         if why is None and len(payload) < _SMALL_ENTRY:
             try:
-                chunk.extend(_unpackb(payload, raw=False, strict_map_key=False, use_list=False))
+                entry = _unpackb(payload, raw=False, strict_map_key=False, use_list=False)
             except Exception:
+                entry = None
+            if type(entry) is tuple:
+                chunk.extend(entry)
+            else:
                 why = "undecodable entry"
         elif why is None:
             unpacker.feed(payload)
@@ -108,7 +112,10 @@ def read_chunks(path: Path) -> Generator[list[Any], None, tuple[int, str | None,
                 left = unpacker.read_array_header()
                 while left:
                     take = min(left, CHUNK - len(chunk))
+                    had = len(chunk)
                     chunk.extend(islice(unpacker, take))
+                    if len(chunk) - had < take:
+                        break  # the array is shorter than its header says
                     left -= take
                     if len(chunk) >= CHUNK:
                         yield chunk

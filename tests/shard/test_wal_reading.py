@@ -15,8 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rafka.shard import wal_stream
-from rafka.shard.records import Record
+from rafka.shard.handlers import ShardState
+from rafka.shard.records import Record, RecordType
 from rafka.shard.wal_stream import Stream, encode_entry, read_chunks, read_entries
+from tests.shard.test_groups_context import GroupsTestContext
 
 CHUNK, SMALL = 7, 64  # small enough for short examples to cross both
 
@@ -44,7 +46,8 @@ odd_st = st.sampled_from([
     msgpack.packb([[1, ["g", 1], b"v"]] * 2) + b"\x01",  # bytes after the array (a small entry)
     msgpack.packb([[1, ["g", 1], b"v" * 30]] * 3) + b"\x01",  # the same, large
     b"\xdc\x00\x05" + msgpack.packb([1, ["g", 1], b"v" * 80]) + b"\xc1",  # a large array cut by a bad byte
-    msgpack.packb(5),  # not an array
+    b"\xdc\x00\x05" + msgpack.packb([1, ["g", 1], b"v" * 30]) * 3,  # a large array shorter than its header
+    msgpack.packb(5), msgpack.packb("abc"), msgpack.packb(b"ab"), msgpack.packb({1: 2}),  # not an array
 ])
 
 
@@ -118,3 +121,23 @@ def test_a_meta_stream_with_a_torn_tail_is_replayed_to_its_last_good_entry_and_c
     third = Stream(tmp_path / "s", segment_bytes=1 << 20)
     assert [r[2] for chunk in third.recover(raw=True) for r in chunk][-2:] == [1, 9], "appends go on after the cut"
     third.close()
+
+
+def test_recovery_lets_the_loop_run_after_each_list_of_records_the_wal_gives() -> None:
+    """Each small data stream is a list of its own: thousands of topics must not make one long step
+    between two answers to the gateway's pings."""
+
+    class Wal:
+        def recover(self, raw: bool = False) -> Any:
+            return iter([[Record(RecordType.TOPIC, ("org", f"t{n}"), None)] for n in range(5)])
+
+        def close(self) -> None: ...
+
+    state = ShardState(0, GroupsTestContext().coord, wal=Wal())  # type: ignore[arg-type]
+    replayed: list[Record] = []
+    state.register_replay(RecordType.TOPIC, replayed.append)
+    progress = []
+    for count in state.recover():
+        progress.append((count, len(replayed)))
+    assert progress[:5] == [(n, n) for n in range(1, 6)], "a step of progress after each list, once it is replayed"
+
