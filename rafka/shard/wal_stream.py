@@ -54,14 +54,17 @@ _new_record = tuple.__new__
 MAX_ENTRY = 256 * 1024 * 1024  # recovery takes a longer length for a torn write
 CHUNK = 1000  # records recovery decodes at a time (``read_chunks``)
 _SMALL_ENTRY = 4096  # bytes of an entry ``read_chunks`` decodes in one call
-_unpackb = msgpack.unpackb
 
 _PACK = msgpack.Packer(use_bin_type=True).pack  # the loop's (a packer made per call costs a third of an entry)
 
 
 def encode_entry(records: list[Record], pack: Callable[[Any], bytes] = _PACK) -> bytes:
     """One checksummed entry holding ``records`` (another thread passes a ``pack`` of its own)."""
-    payload = pack([(int(r.type), r.key, r.value) for r in records])
+    return frame_entry(pack([(int(r.type), r.key, r.value) for r in records]))
+
+
+def frame_entry(payload: bytes) -> bytes:
+    """``payload`` framed as an entry: its length and checksum first."""
     return _HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
@@ -96,14 +99,11 @@ def read_chunks(path: Path) -> Generator[list[Any], None, tuple[int, str | None,
     while pos < len(data):
         payload, end, why = _payload_at(data, pos)
         if why is None and len(payload) < _SMALL_ENTRY:
-            try:
-                entry = _unpackb(payload, raw=False, strict_map_key=False, use_list=False)
-            except Exception:
-                entry = None
-            if type(entry) is tuple:
-                chunk.extend(entry)
-            else:
+            entry = _decoded(payload)
+            if entry is None:
                 why = "undecodable entry"
+            else:
+                chunk.extend(entry)
         elif why is None:
             unpacker.feed(payload)
             fed += len(payload)
@@ -189,11 +189,17 @@ def _entry_at(data: bytes, pos: int) -> tuple[Any, int, str | None]:
     payload, end, why = _payload_at(data, pos)
     if why is not None:
         return None, end, why
+    entry = _decoded(payload)
+    return (None, end, "undecodable entry") if entry is None else (entry, end, None)
+
+
+def _decoded(payload: bytes) -> tuple[Any, ...] | None:
+    """An entry's records, or None when its payload is not an array of them."""
     try:
         entry = msgpack.unpackb(payload, raw=False, strict_map_key=False, use_list=False)
     except Exception:
-        return None, end, "undecodable entry"
-    return (entry, end, None) if type(entry) is tuple else (None, end, "undecodable entry")
+        return None
+    return entry if type(entry) is tuple else None
 
 
 class Stream:

@@ -8,7 +8,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import crc32c
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,15 +16,10 @@ from hypothesis import strategies as st
 from rafka.shard import wal_stream
 from rafka.shard.handlers import ShardState
 from rafka.shard.records import Record, RecordType
-from rafka.shard.wal_stream import Stream, encode_entry, read_chunks, read_entries
+from rafka.shard.wal_stream import Stream, encode_entry, frame_entry, read_chunks, read_entries
 from tests.shard.test_groups_context import GroupsTestContext
 
 CHUNK, SMALL = 7, 64  # small enough for short examples to cross both
-
-
-def raw_entry(payload: bytes) -> bytes:
-    """An entry whose checksum holds over ``payload``, whatever it is."""
-    return wal_stream._HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
 def chunks_of(path: Path) -> tuple[list[list[Any]], tuple[int, str | None, bool]]:
@@ -61,7 +55,7 @@ def test_a_segment_read_a_chunk_at_a_time_is_the_segment_read_whole(
     monkeypatch.setattr(wal_stream, "_SMALL_ENTRY", SMALL)
     parts = [encode_entry([Record(*r) for r in recs]) for recs in entries]
     if odd is not None:
-        parts.insert(min(odd[0], len(parts)), raw_entry(odd[1]))
+        parts.insert(min(odd[0], len(parts)), frame_entry(odd[1]))  # its checksum holds, whatever it is
     data = b"".join(parts)
     at = int(where * max(len(data) - 1, 0))
     if damage == "cut":
